@@ -1,0 +1,87 @@
+"""The Engine interface: named tensors bound once to preallocated buffers, then `run()` per step.
+
+A caller allocates every buffer at boot with `Backend.empty`, then asks each engine for a `Plan`
+per shape it will run (one per batch size, one per vocoder window length, ...). A plan binds
+every input and output by name to those buffers; the step path only calls `plan.run()`.
+
+ONNX Runtime implements a plan as an IOBinding over host buffers; TensorRT as an execution
+context's tensor addresses and input shapes over mapped (zero-copy) pinned buffers. Callers never
+see the difference.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+class EngineError(RuntimeError):
+    """An engine that cannot load or bind; the message names the graph and tensor."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int | None, ...]  # None = dynamic
+    dtype: np.dtype
+
+
+class Plan(ABC):
+    """One bound invocation of an engine; `run()` is the only call on the step path."""
+
+    @abstractmethod
+    def run(self) -> None: ...
+
+
+class Engine(ABC):
+    def __init__(self, path: Path, inputs: list[TensorSpec], outputs: list[TensorSpec]):
+        self.path = path
+        self.inputs = {t.name: t for t in inputs}
+        self.outputs = {t.name: t for t in outputs}
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def plan(self, bindings: Mapping[str, np.ndarray]) -> Plan:
+        """Bind every input and output of the graph to a buffer; checked once, here."""
+        wanted = set(self.inputs) | set(self.outputs)
+        missing = sorted(wanted - set(bindings))
+        extra = sorted(set(bindings) - wanted)
+        if missing or extra:
+            raise EngineError(f"{self.name}: bindings missing {missing} / unknown {extra}")
+        for name, buf in bindings.items():
+            spec = self.inputs.get(name) or self.outputs[name]
+            self._check(spec, buf)
+        return self._plan(bindings)
+
+    def _check(self, spec: TensorSpec, buf: np.ndarray) -> None:
+        if buf.dtype != spec.dtype:
+            raise EngineError(f"{self.name}: tensor {spec.name} is {spec.dtype}, buffer is {buf.dtype}")
+        if not buf.flags.c_contiguous:
+            raise EngineError(f"{self.name}: buffer for {spec.name} is not contiguous")
+        if len(buf.shape) != len(spec.shape) or any(
+                want is not None and want != got for want, got in zip(spec.shape, buf.shape)):
+            raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
+
+    @abstractmethod
+    def _plan(self, bindings: Mapping[str, np.ndarray]) -> Plan: ...
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def load(self, path: Path) -> Engine: ...
+
+    @abstractmethod
+    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A zeroed buffer that this backend's engines can bind (host, pinned or mapped)."""
+
+
+def _fmt(shape: tuple[int | None, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

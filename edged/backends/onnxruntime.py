@@ -1,0 +1,66 @@
+"""ONNX Runtime backend: CPU everywhere (CUDA EP where present), IO binding onto host buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec
+
+_DTYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
+           "tensor(float16)": np.float16, "tensor(int32)": np.int32}
+
+
+class OrtPlan(Plan):
+    def __init__(self, session: ort.InferenceSession, binding: ort.IOBinding):
+        self._session = session
+        self._binding = binding
+
+    def run(self) -> None:
+        self._session.run_with_iobinding(self._binding)
+
+
+class OrtEngine(Engine):
+    def __init__(self, path: Path, session: ort.InferenceSession):
+        self.session = session
+        super().__init__(path, [_spec(path, i) for i in session.get_inputs()],
+                         [_spec(path, o) for o in session.get_outputs()])
+
+    def _plan(self, bindings: Mapping[str, np.ndarray]) -> Plan:
+        binding = self.session.io_binding()
+        for name, buf in bindings.items():
+            bind = binding.bind_input if name in self.inputs else binding.bind_output
+            bind(name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
+        return OrtPlan(self.session, binding)
+
+
+class OrtBackend(Backend):
+    name = "onnxruntime"
+
+    def __init__(self, threads: int = 0):
+        self.threads = threads
+
+    def load(self, path: Path) -> Engine:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT raises its own exception types for unreadable graphs
+            raise EngineError(f"{path.name}: cannot be loaded by ONNX Runtime ({exc})") from exc
+        return OrtEngine(path, session)
+
+    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+
+
+def _spec(path: Path, node) -> TensorSpec:
+    if node.type not in _DTYPES:
+        raise EngineError(f"{path.name}: tensor {node.name} has unsupported type {node.type}")
+    shape = tuple(d if isinstance(d, int) else None for d in node.shape)
+    return TensorSpec(node.name, shape, np.dtype(_DTYPES[node.type]))

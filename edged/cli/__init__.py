@@ -1,0 +1,21 @@
+"""`edged` command line: one subcommand per module in this package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edged.cli import synth
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edged", description="On-device speech daemon (Qwen3-TTS talker).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in (synth,):
+        module.add_parser(commands)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

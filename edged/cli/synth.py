@@ -1,0 +1,57 @@
+"""`edged synth`: offline synthesis of one text to a WAV file (and optionally its codec frames)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edged.artifact import ArtifactError, load_artifact
+from edged.audio_io import write_wav
+from edged.backends import EngineError, make_backend
+from edged.request import SpeechRequest
+from edged.synth import RequestError, Synthesizer
+from edged.talker.sampling import Sampling, SamplingError
+
+EXIT_BAD_INPUT = 2
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("synth", help="synthesize TEXT to a WAV file")
+    p.add_argument("--artifact", type=Path, default=None, help="artifact directory (default: the built-in tiny one)")
+    p.add_argument("--text", required=True)
+    p.add_argument("--out", type=Path, required=True, help="WAV file to write (16-bit mono)")
+    p.add_argument("--codes", type=Path, default=None, help="also write the codec frames as JSON")
+    p.add_argument("--speaker", default=None, help="voice name from the artifact's speakers")
+    p.add_argument("--language", default=None, help="language name from the artifact, or auto")
+    p.add_argument("--instruct", default=None, help="style instruction")
+    p.add_argument("--greedy", action="store_true", help="argmax everywhere, repetition penalty 1.0")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
+    p.add_argument("--streaming-text", action="store_true", help="feed one text token per frame (dual track)")
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
+    p.add_argument("--threads", type=int, default=0, help="engine threads (0: all cores)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        artifact = load_artifact(args.artifact)
+        sampling = Sampling.greedy() if args.greedy else Sampling.defaults(artifact.sampling)
+        sampling = sampling.with_overrides({"seed": args.seed} if args.seed is not None else None)
+        request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
+                                instruct=args.instruct, sampling=sampling, streaming_text=args.streaming_text,
+                                max_frames=args.max_frames)
+        synth = Synthesizer(artifact, make_backend(args.backend, args.threads))
+        result = synth.synthesize([request])[0]
+    except (ArtifactError, EngineError, RequestError, SamplingError) as exc:
+        print(f"edged synth: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    write_wav(args.out, result.pcm, artifact.sample_rate)
+    if args.codes:
+        args.codes.write_text(json.dumps({
+            "frames": result.frames.tolist(), "sample_rate": artifact.sample_rate,
+            "samples_per_frame": artifact.samples_per_frame}))
+    print(json.dumps(result.report))
+    return 0

@@ -1,0 +1,72 @@
+"""`edged-engines`: tiny checkpoints and artifact export (the toolchain; needs the `export` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+FAMILIES = ("qwen3_tts",)
+BUILTIN = Path(__file__).resolve().parent.parent / "edged" / "data" / "tiny"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="edged-engines", description="edged engine toolchain")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("tiny", help="build a tiny random-weight checkpoint with the reference classes")
+    p.add_argument("--family", choices=FAMILIES, default="qwen3_tts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variant", default="0", help="shape variant: 0..3, or 0.6b for the real 0.6B dimensions")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(run=_tiny)
+
+    p = commands.add_parser("export", help="checkpoint -> engine artifact (ONNX graphs + sidecars + artifact.json)")
+    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-batch", type=int, default=4)
+    p.add_argument("--max-seq", type=int, default=1024)
+    p.set_defaults(run=_export)
+
+    p = commands.add_parser("builtin", help="rebuild the built-in tiny artifact shipped inside edged")
+    p.add_argument("--out", type=Path, default=BUILTIN)
+    p.set_defaults(run=_builtin)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def _tiny(args: argparse.Namespace) -> int:
+    from engines.tiny import build_real_dims, build_tiny
+
+    if args.variant == "0.6b":
+        build_real_dims(args.out, args.seed)
+    else:
+        build_tiny(args.out, args.seed, int(args.variant))
+    print(args.out)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from engines.export import export
+
+    export(args.checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    print(args.out)
+    return 0
+
+
+def _builtin(args: argparse.Namespace) -> int:
+    """The demo artifact: tiny variant 0, seed 0, batch 4, 512 KV slots (about 40 s of audio)."""
+    from engines.export import export
+    from engines.tiny import build_tiny
+
+    with tempfile.TemporaryDirectory() as tmp:
+        build_tiny(Path(tmp) / "ckpt", 0, 0)
+        export(Path(tmp) / "ckpt", args.out, max_batch=4, max_seq=512)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,6 +54,8 @@ class Speaker:
 class Artifact:
     path: Path
     family: str
+    model_type: str
+    supports_instruct: bool
     dims: Dims
     max_batch: int
     max_seq: int
@@ -115,6 +117,10 @@ def load_artifact(path: Path | str | None = None) -> Artifact:
     if family not in FAMILIES:
         raise ArtifactError(f"artifact.json: family {family!r} is not supported (known: {', '.join(FAMILIES)})")
 
+    model = _get(m, "model", dict)
+    if not isinstance(model.get("type"), str) or not isinstance(model.get("instruct"), bool):
+        raise ArtifactError("artifact.json: 'model' needs a string 'type' and a boolean 'instruct'")
+
     dims_raw = _get(m, "dims", dict)
     dims = Dims(**{k: _positive(dims_raw, k, "dims") for k in DIM_KEYS})
     limits = _get(m, "limits", dict)
@@ -164,7 +170,7 @@ def load_artifact(path: Path | str | None = None) -> Artifact:
         tensors[g] = {"inputs": list(t["inputs"]), "outputs": list(t["outputs"])}
 
     return Artifact(
-        path=root, family=family, dims=dims,
+        path=root, family=family, model_type=model["type"], supports_instruct=model["instruct"], dims=dims,
         max_batch=_positive(limits, "max_batch", "limits"), max_seq=_positive(limits, "max_seq", "limits"),
         special=special, speakers=speakers, languages=languages,
         sample_rate=_positive(audio, "sample_rate", "audio"),

@@ -192,6 +192,7 @@ def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, m
     return {
         "format": FORMAT,
         "family": "qwen3_tts",
+        "model": {"type": cfg.model_type, "instruct": cfg.instruct},
         "files": FILES,
         "dims": {
             "hidden": t.hidden, "layers": t.layers, "kv_heads": t.kv_heads, "head_dim": t.head_dim,

@@ -58,6 +58,8 @@ class Qwen3TTSConfig:
     special: dict[str, int]
     speakers: dict[str, dict]
     languages: dict[str, int]
+    model_type: str = "custom_voice"
+    instruct: bool = True  # qwen-tts drops instruct for the 0.6B CustomVoice model ("0b6")
     sampling: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -70,6 +72,10 @@ class Qwen3TTSConfig:
                 raise ValueError(f"config.json: {where}.attention_bias=true is not supported")
         if cp.get("num_code_groups", t["num_code_groups"]) != t["num_code_groups"]:
             raise ValueError("config.json: code_predictor_config.num_code_groups differs from the talker's")
+        model_type = cfg.get("tts_model_type") or "custom_voice"
+        if model_type not in ("custom_voice", "voice_design"):
+            raise ValueError(f"config.json: tts_model_type {model_type!r} is not supported (custom_voice, voice_design)")
+        size = cfg.get("tts_model_size")
         gen = _read_json(checkpoint / "generation_config.json") if (checkpoint / "generation_config.json").exists() else {}
         dialects = t.get("spk_is_dialect") or {}
         return cls(
@@ -94,6 +100,9 @@ class Qwen3TTSConfig:
                 for name, i in (t.get("spk_id") or {}).items()
             },
             languages={k.lower(): int(v) for k, v in (t.get("codec_language_id") or {}).items()},
+            model_type=model_type,
+            # the wrapper's own test, a substring check: `if tts_model_size in "0b6": instruct = None`
+            instruct=not (model_type == "custom_voice" and isinstance(size, str) and size in "0b6"),
             sampling={
                 "temperature": gen.get("temperature", 0.9), "top_k": gen.get("top_k", 50),
                 "top_p": gen.get("top_p", 1.0), "repetition_penalty": gen.get("repetition_penalty", 1.05),

@@ -5,12 +5,21 @@ Building and exporting take seconds each, so both are cached for the whole test 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
-PARITY_VARIANTS = (0, 1, 2)  # three different shapes (see engines/tiny.py VARIANTS)
+# Tests never reach a model hub; every checkpoint here is a local directory.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+if importlib.util.find_spec("torch") is not None:
+    import torch
+
+    # One thread: the tiny models gain nothing from more, and on small VMs an OpenMP team of 2 can
+    # stall ~15 ms per 2-row matmul while its idle thread wakes up (seen with torch 2.13 + MKL).
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +75,19 @@ def backend():
     from edged.backends import make_backend
 
     return make_backend(os.environ.get("EDGED_TEST_BACKEND", "onnxruntime"), threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(checkpoints):
+    """tiny_reference(variant=0, seed=0) -> the qwen-tts `Qwen3TTSModel` of that checkpoint, loaded once."""
+    from engines.reference import load_reference
+
+    loaded: dict = {}
+
+    def get(variant: int = 0, seed: int = 0):
+        key = (variant, seed)
+        if key not in loaded:
+            loaded[key] = load_reference(checkpoints(variant, seed))
+        return loaded[key]
+
+    return get

@@ -89,6 +89,8 @@ class PrefillBuilder:
         """Tokenize and choose the codec rows; every reason to refuse the request is raised here."""
         if not req.text or not req.text.strip():
             raise PromptError("text is empty")
+        if req.instruct and not self.artifact.supports_instruct:
+            raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
         voice = None
         if req.voice:
             voice = self.artifact.speakers.get(req.voice.lower())

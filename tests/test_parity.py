@@ -1,0 +1,91 @@
+"""edged vs the public reference (qwen-tts 0.1.1) on tiny random checkpoints of different shapes.
+
+Greedy codec frames must be equal frame for frame; the PCM of the same frames equal within 1e-4
+(both decode the whole utterance here: 30 frames fit in the vocoder's 72-frame left context).
+The reference runs in the test, from the public package.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edged.artifact import load_artifact
+from edged.request import SpeechRequest
+from edged.synth import Synthesizer
+from edged.talker.sampling import Sampling
+from engines.export import export
+from engines.reference import reference_synthesize
+
+PARITY_VARIANTS = (0, 1, 2)  # three different shapes (engines/tiny.py VARIANTS)
+PCM_TOLERANCE = 1e-4
+FRAMES = 30
+CASES = [
+    # (text, speaker, language, instruct, streaming_text)
+    ("Hello world, this is edged speaking.", None, None, None, False),
+    ("The quick brown fox jumps over the lazy dog.", "vivian", "english", None, False),
+    ("你好，世界。今天天气很好。", "dylan", "chinese", None, False),  # a dialect voice forces its dialect
+    ("Streaming text, one token per frame.", "ryan", "auto", None, True),
+    ("Speak this calmly, please.", "serena", "english", "Speak slowly and calmly.", False),
+    ("No speaker but a language.", None, "german", None, True),
+]
+
+
+def _edged(synth: Synthesizer, text, speaker, language, instruct, streaming, max_frames=FRAMES):
+    request = SpeechRequest(id="t", text=text, voice=speaker, language=language, instruct=instruct,
+                            sampling=Sampling.greedy(), streaming_text=streaming, max_frames=max_frames)
+    return synth.synthesize([request])[0]
+
+
+@pytest.mark.parametrize("variant", PARITY_VARIANTS)
+def test_greedy_frames_and_pcm_equal_reference(variant, artifacts, tiny_reference, backend):
+    synth = Synthesizer(load_artifact(artifacts(variant)), backend)
+    reference = tiny_reference(variant)
+    for text, speaker, language, instruct, streaming in CASES:
+        ref_codes, ref_pcm = reference_synthesize(
+            reference, text, speaker=speaker, language=language or "auto", instruct=instruct,
+            max_frames=FRAMES, greedy=True, non_streaming_mode=not streaming)
+        got = _edged(synth, text, speaker, language, instruct, streaming)
+        case = f"variant {variant}: {text!r} speaker={speaker} language={language} streaming={streaming}"
+        assert got.frames.shape == ref_codes.shape, case
+        assert np.array_equal(got.frames, ref_codes), case
+        assert got.reason == "length"
+        assert got.pcm.shape == ref_pcm.shape, case
+        assert np.abs(got.pcm - ref_pcm).max() <= PCM_TOLERANCE, case
+
+
+def _with_eos(checkpoint: Path, out: Path, token: int) -> Path:
+    """A copy of `checkpoint` whose eos logit row is 1.5x the row of `token`: greedy decoding now
+    stops where it would have chosen `token`, at text-dependent points."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(checkpoint, out)
+    weights = load_file(out / "model.safetensors")
+    head = weights["talker.codec_head.weight"]
+    head[2150] = head[token] * 1.5
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def test_eos_stops_like_the_reference(checkpoints, tiny_reference, backend, tmp_path):
+    """The eos frame is not emitted, eos is masked for the first two decisions, reason is eos."""
+    from engines.reference import load_reference
+
+    text = "Hello world, this is edged speaking."
+    codes, _ = reference_synthesize(tiny_reference(0), text, speaker="vivian", language="english", max_frames=40)
+    checkpoint = _with_eos(checkpoints(0), tmp_path / "ckpt", int(codes[12, 0]))
+    export(checkpoint, tmp_path / "art", max_batch=2, max_seq=128)
+    synth = Synthesizer(load_artifact(tmp_path / "art"), backend)
+    reference = load_reference(checkpoint)
+    stops = []
+    for text in ("Hello world, this is edged speaking.", "Another sentence, quite different.", "短句"):
+        ref_codes, ref_pcm = reference_synthesize(reference, text, speaker="vivian", language="english", max_frames=60)
+        got = _edged(synth, text, "vivian", "english", None, False, max_frames=60)
+        assert np.array_equal(got.frames, ref_codes), text
+        assert got.reason == "eos" and got.frames.shape[0] < 60
+        assert np.abs(got.pcm - ref_pcm).max() <= PCM_TOLERANCE
+        stops.append(got.frames.shape[0])
+    assert len(set(stops)) > 1, "eos should fall at text-dependent frames"

@@ -297,11 +297,11 @@ def sample(logits, temperature, top_k, top_p, noise):
     scaled = logits / t
     ordered, _ = torch.sort(scaled, dim=-1, descending=True)
     k = torch.where((top_k <= 0) | (top_k > vocab), torch.full_like(top_k, vocab), top_k)
-    rank = torch.arange(vocab)
-    ordered = torch.where(rank < k.unsqueeze(-1), ordered, torch.full_like(ordered, NEG_INF))
+    in_top_k = torch.arange(vocab) < k.unsqueeze(-1)
+    ordered = torch.where(in_top_k, ordered, torch.full_like(ordered, NEG_INF))
     probs = torch.softmax(ordered, dim=-1)
     mass_above = torch.cumsum(probs, dim=-1) - probs
-    keep = (mass_above < top_p.unsqueeze(-1)) | (top_p.unsqueeze(-1) >= 1.0)
+    keep = in_top_k & ((mass_above < top_p.unsqueeze(-1)) | (top_p.unsqueeze(-1) >= 1.0))
     kept = keep.sum(-1, keepdim=True).clamp(min=1)  # keep is a prefix: its length picks the threshold
     threshold = torch.gather(ordered, -1, kept - 1)
     filtered = torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)

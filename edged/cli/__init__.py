@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from edged.cli import synth
 
@@ -16,6 +15,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return args.run(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

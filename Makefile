@@ -1,0 +1,35 @@
+# edged: two commands matter on a fresh machine — `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+TEXT   ?= Hello from edged, speaking on the built-in tiny model.
+
+.PHONY: run test install install-dev bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# The runtime alone: numpy, onnxruntime, safetensors, tokenizers (no torch).
+install: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+# The runtime + the engine toolchain + the public reference (qwen-tts, without its demo deps).
+install-dev: $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[export,test]'
+	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
+
+run: install
+	mkdir -p out
+	$(BIN)/edged synth --text "$(TEXT)" --speaker vivian --language english --seed 0 --out out/hello.wav --codes out/hello.json
+	@echo "wrote out/hello.wav"
+
+test: install-dev
+	$(BIN)/python -m pytest -q
+
+bench: install-dev
+	$(BIN)/python scripts/bench_synth.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

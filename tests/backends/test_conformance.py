@@ -1,0 +1,108 @@
+"""Backend conformance: what every Engine backend must do, run against the built-in artifact.
+
+Here on ONNX Runtime; on a device, scripts/validate_jetson.sh runs the same file with
+EDGED_TEST_BACKEND=tensorrt against plans built from the same ONNX graphs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edged.artifact import load_artifact
+from edged.backends import EngineError
+
+
+@pytest.fixture(scope="module")
+def artifact(builtin_artifact):
+    return load_artifact(builtin_artifact)
+
+
+@pytest.fixture(scope="module")
+def predictor(artifact, backend):
+    return backend.load(artifact.files["code_predictor"])
+
+
+def _predictor_buffers(artifact, backend, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    d = artifact.dims
+    rng = np.random.default_rng(seed)
+    e = backend.empty
+    bufs = {
+        "hidden": e((n, d.hidden), np.float32), "code0": e((n,), np.int64),
+        "temperature": e((n,), np.float32), "top_k": e((n,), np.int64), "top_p": e((n,), np.float32),
+        "noise": e((n, d.code_groups - 1, d.codebook_size), np.float32),
+        "codes": e((n, d.code_groups - 1), np.int64), "codec_sum": e((n, d.hidden), np.float32),
+    }
+    bufs["hidden"][:] = rng.standard_normal((n, d.hidden))
+    bufs["code0"][:] = rng.integers(0, 2048, n)
+    bufs["temperature"][:] = 0.9
+    bufs["top_k"][:] = 50
+    bufs["top_p"][:] = 1.0
+    bufs["noise"][:] = rng.random(bufs["noise"].shape)
+    return bufs
+
+
+def test_tensor_names_follow_the_manifest(artifact, backend):
+    for graph, names in artifact.tensors.items():
+        engine = backend.load(artifact.files[graph])
+        assert list(engine.inputs) == names["inputs"], graph
+        assert list(engine.outputs) == names["outputs"], graph
+
+
+def test_outputs_land_in_the_bound_buffers_and_are_deterministic(artifact, backend, predictor):
+    bufs = _predictor_buffers(artifact, backend, 2)
+    codes, codec_sum = bufs["codes"], bufs["codec_sum"]
+    plan = predictor.plan(bufs)
+    plan.run()
+    first = codes.copy(), codec_sum.copy()
+    assert bufs["codes"] is codes and codes.max() > 0 and np.abs(codec_sum).sum() > 0
+    plan.run()
+    assert np.array_equal(codes, first[0]) and np.array_equal(codec_sum, first[1])
+
+
+def test_batch_rows_are_independent(artifact, backend, predictor):
+    both = _predictor_buffers(artifact, backend, 2, seed=1)
+    predictor.plan(both).run()
+    for row in range(2):
+        one = {k: backend.empty((1, *v.shape[1:]), v.dtype) for k, v in both.items()}
+        for k in ("hidden", "code0", "temperature", "top_k", "top_p", "noise"):
+            one[k][0] = both[k][row]
+        predictor.plan(one).run()
+        assert np.array_equal(one["codes"][0], both["codes"][row])
+        assert np.allclose(one["codec_sum"][0], both["codec_sum"][row], atol=1e-5)
+
+
+def test_plan_checks_every_binding(artifact, backend, predictor):
+    bufs = _predictor_buffers(artifact, backend, 2)
+    with pytest.raises(EngineError, match=r"code_predictor\.onnx: bindings missing \['codec_sum'\]"):
+        predictor.plan({k: v for k, v in bufs.items() if k != "codec_sum"})
+    with pytest.raises(EngineError, match="unknown \\['bogus'\\]"):
+        predictor.plan({**bufs, "bogus": bufs["hidden"]})
+    with pytest.raises(EngineError, match="tensor code0 is int64, buffer is int32"):
+        predictor.plan({**bufs, "code0": bufs["code0"].astype(np.int32)})
+    with pytest.raises(EngineError, match="tensor hidden has shape"):
+        predictor.plan({**bufs, "hidden": backend.empty((2, artifact.dims.hidden + 1), np.float32)})
+    with pytest.raises(EngineError, match="buffer for hidden is not contiguous"):
+        wide = backend.empty((2, artifact.dims.hidden * 2), np.float32)
+        predictor.plan({**bufs, "hidden": wide[:, ::2]})
+
+
+def test_dynamic_prefill_length(artifact, backend):
+    """One prefill engine serves any length up to max_seq; outputs are sized by the binding."""
+    engine = backend.load(artifact.files["talker_prefill"])
+    d = artifact.dims
+    for t in (1, 7, 40):
+        e = backend.empty
+        bufs = {"inputs_embeds": e((1, t, d.hidden), np.float32), "seen": e((1, d.vocab), np.float32),
+                "repetition_penalty": e((1,), np.float32), "allow_eos": e((1,), np.bool_),
+                "temperature": e((1,), np.float32), "top_k": e((1,), np.int64), "top_p": e((1,), np.float32),
+                "noise": e((1, d.vocab), np.float32), "hidden": e((1, d.hidden), np.float32), "code0": e((1,), np.int64)}
+        bufs["inputs_embeds"][:] = np.random.default_rng(t).standard_normal(bufs["inputs_embeds"].shape)
+        bufs["repetition_penalty"][:] = 1.0
+        bufs["top_p"][:] = 1.0
+        for i in range(d.layers):
+            bufs[f"new_keys_{i}"] = e((1, d.kv_heads, d.head_dim, t), np.float32)
+            bufs[f"new_values_{i}"] = e((1, d.kv_heads, t, d.head_dim), np.float32)
+        engine.plan(bufs).run()
+        assert 0 <= bufs["code0"][0] < 2048
+        assert np.abs(bufs[f"new_values_{d.layers - 1}"]).sum() > 0

@@ -1,0 +1,126 @@
+"""Bad artifacts fail at load, with an error that names the file and the key or tensor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edged.artifact import ArtifactError, load_artifact
+from edged.backends import EngineError
+from edged.synth import Synthesizer
+
+
+@pytest.fixture
+def copy(builtin_artifact, tmp_path) -> Path:
+    out = tmp_path / "art"
+    shutil.copytree(builtin_artifact, out)
+    return out
+
+
+def _edit(path: Path, change) -> None:
+    manifest = json.loads((path / "artifact.json").read_text())
+    change(manifest)
+    (path / "artifact.json").write_text(json.dumps(manifest))
+
+
+def _boot(path: Path, backend) -> Synthesizer:
+    return Synthesizer(load_artifact(path), backend)
+
+
+def test_builtin_artifact_loads(builtin_artifact, backend):
+    synth = _boot(builtin_artifact, backend)
+    assert synth.claimed["kv_cache"] > 0
+
+
+def test_missing_graph_names_the_file(copy):
+    (copy / "talker_decode.onnx").unlink()
+    with pytest.raises(ArtifactError, match=r"talker_decode\.onnx: missing from the artifact"):
+        load_artifact(copy)
+
+
+def test_no_manifest(tmp_path):
+    with pytest.raises(ArtifactError, match="no artifact.json"):
+        load_artifact(tmp_path)
+
+
+def test_corrupt_manifest(copy):
+    (copy / "artifact.json").write_text('{"format": 1, "family": ')
+    with pytest.raises(ArtifactError, match="artifact.json: not valid JSON"):
+        load_artifact(copy)
+
+
+@pytest.mark.parametrize("key", ["dims", "special", "files", "tensors", "audio", "limits", "sampling", "model"])
+def test_missing_section_names_the_key(copy, key):
+    _edit(copy, lambda m: m.pop(key))
+    with pytest.raises(ArtifactError, match=f"artifact.json: missing key '{key}'|artifact.json: '{key}'"):
+        load_artifact(copy)
+
+
+def test_missing_nested_key(copy):
+    _edit(copy, lambda m: m["dims"].pop("head_dim"))
+    with pytest.raises(ArtifactError, match=r"'dims\.head_dim'"):
+        load_artifact(copy)
+
+
+def test_unknown_family_and_format(copy):
+    _edit(copy, lambda m: m.update(family="qwen9"))
+    with pytest.raises(ArtifactError, match="family 'qwen9' is not supported"):
+        load_artifact(copy)
+    _edit(copy, lambda m: m.update(family="qwen3_tts", format=99))
+    with pytest.raises(ArtifactError, match="format 99 is not supported"):
+        load_artifact(copy)
+
+
+def test_special_id_out_of_range(copy):
+    _edit(copy, lambda m: m["special"].update(codec_eos=5000))
+    with pytest.raises(ArtifactError, match=r"special\.codec_eos=5000 is outside the talker vocab"):
+        load_artifact(copy)
+
+
+def test_mismatched_hidden_names_the_tensor(copy, backend):
+    _edit(copy, lambda m: m["dims"].update(hidden=m["dims"]["hidden"] * 2))
+    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: tensor 'text_projection\.fc2\.weight' has shape"):
+        _boot(copy, backend)
+
+
+def test_mismatched_kv_heads_names_graph_and_tensor(copy, backend):
+    _edit(copy, lambda m: m["dims"].update(kv_heads=m["dims"]["kv_heads"] + 1))
+    with pytest.raises(EngineError, match=r"talker_decode\.onnx: tensor past_keys_0 has shape"):
+        _boot(copy, backend)
+
+
+def test_mismatched_code_groups_names_graph_and_tensor(copy, backend):
+    _edit(copy, lambda m: m["dims"].update(code_groups=m["dims"]["code_groups"] + 2))
+    with pytest.raises(EngineError, match=r"code_predictor\.onnx: tensor noise has shape"):
+        _boot(copy, backend)
+
+
+def test_mismatched_layers(copy, backend):
+    _edit(copy, lambda m: m["dims"].update(layers=m["dims"]["layers"] + 1))
+    with pytest.raises(EngineError, match=r"talker_decode\.onnx: bindings missing \[\] / unknown \['new_keys_2'"):
+        _boot(copy, backend)
+
+
+def test_corrupt_graph_names_the_file(copy, backend):
+    (copy / "code_predictor.onnx").write_bytes(b"not an onnx graph")
+    with pytest.raises(EngineError, match=r"code_predictor\.onnx: cannot be loaded"):
+        _boot(copy, backend)
+
+
+def test_corrupt_embeddings_names_the_file(copy, backend):
+    (copy / "embeddings.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: cannot be read"):
+        _boot(copy, backend)
+
+
+def test_missing_embedding_tensor(copy, backend):
+    from safetensors.numpy import load_file, save_file
+
+    tables = load_file(str(copy / "embeddings.safetensors"))
+    tables.pop("tts_pad")
+    save_file(tables, str(copy / "embeddings.safetensors"))
+    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: missing tensor 'tts_pad'"):
+        _boot(copy, backend)

@@ -1,0 +1,67 @@
+"""`edged synth` as a user runs it: a subprocess on the built-in tiny artifact, with no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edged.audio_io import read_wav
+
+BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from edged.cli import main; sys.exit(main())"
+
+
+def edged(*args: str) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh interpreter in which `import torch` fails."""
+    return subprocess.run([sys.executable, "-c", BLOCK_TORCH, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_synth_writes_wav_and_codes(tmp_path: Path):
+    wav, codes = tmp_path / "out.wav", tmp_path / "codes.json"
+    done = edged("synth", "--text", "Hello from the command line.", "--out", str(wav), "--codes", str(codes),
+                 "--greedy", "--max-frames", "12", "--speaker", "Vivian", "--language", "English")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["frames"] == 12 and report["reason"] == "length" and report["audio_ms"] == 960.0
+    pcm, rate = read_wav(wav)
+    data = json.loads(codes.read_text())
+    assert rate == data["sample_rate"] == 24000
+    assert len(pcm) == 12 * data["samples_per_frame"] == 12 * 1920
+    assert len(data["frames"]) == 12 and all(len(f) == 4 for f in data["frames"])
+    assert 0.01 < float(abs(pcm).max()) <= 1.0
+
+
+def test_greedy_is_deterministic_and_seed_reproducible(tmp_path: Path):
+    runs = {}
+    for name, extra in (("g1", ["--greedy"]), ("g2", ["--greedy"]), ("s1", ["--seed", "5"]), ("s2", ["--seed", "5"])):
+        out = tmp_path / f"{name}.json"
+        done = edged("synth", "--text", "Same text.", "--out", str(tmp_path / f"{name}.wav"), "--codes", str(out),
+                     "--max-frames", "10", *extra)
+        assert done.returncode == 0, done.stderr
+        runs[name] = json.loads(out.read_text())["frames"]
+    assert runs["g1"] == runs["g2"] and runs["s1"] == runs["s2"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--text", "hi", "--speaker", "nobody"], "unknown voice 'nobody'"),
+    (["--text", "hi", "--language", "klingon"], "unknown language 'klingon'"),
+    (["--text", "   "], "text is empty"),
+    (["--text", "word " * 600], "text too long: the prefill needs"),
+    (["--text", "hi", "--max-frames", "0"], "max_frames must be >= 1"),
+    (["--text", "hi", "--artifact", "/nonexistent/artifact"], "no artifact.json"),
+])
+def test_bad_input_exits_2_with_a_clear_error(tmp_path: Path, args, message):
+    done = edged("synth", *args, "--out", str(tmp_path / "x.wav"))
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_runtime_never_imports_torch():
+    code = ("import sys; sys.modules['torch'] = None; import edged.synth, edged.backends.onnxruntime, "
+            "edged.cli; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr

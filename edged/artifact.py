@@ -51,6 +51,15 @@ class Speaker:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """One carried state tensor of the streaming vocoder: read as `input`, written as `output`."""
+
+    input: str
+    output: str
+    shape: tuple[int, ...]  # without the leading batch axis
+
+
+@dataclass(frozen=True)
 class Artifact:
     path: Path
     family: str
@@ -66,6 +75,7 @@ class Artifact:
     samples_per_frame: int
     sampling: dict[str, float]
     tensors: dict[str, dict[str, list[str]]]
+    vocoder_state: list[StateSpec]
     files: dict[str, Path]
 
     @property
@@ -168,6 +178,7 @@ def load_artifact(path: Path | str | None = None) -> Artifact:
         if not isinstance(t, dict) or not isinstance(t.get("inputs"), list) or not isinstance(t.get("outputs"), list):
             raise ArtifactError(f"artifact.json: missing key 'tensors.{g}' (with inputs and outputs lists)")
         tensors[g] = {"inputs": list(t["inputs"]), "outputs": list(t["outputs"])}
+    vocoder_state = _vocoder_state(tensors_raw["vocoder"], tensors["vocoder"])
 
     return Artifact(
         path=root, family=family, model_type=model["type"], supports_instruct=model["instruct"], dims=dims,
@@ -175,8 +186,24 @@ def load_artifact(path: Path | str | None = None) -> Artifact:
         special=special, speakers=speakers, languages=languages,
         sample_rate=_positive(audio, "sample_rate", "audio"),
         samples_per_frame=_positive(audio, "samples_per_frame", "audio"),
-        sampling=sampling, tensors=tensors, files=files,
+        sampling=sampling, tensors=tensors, vocoder_state=vocoder_state, files=files,
     )
+
+
+def _vocoder_state(raw: dict, names: dict[str, list[str]]) -> list[StateSpec]:
+    state = raw.get("state")
+    if not isinstance(state, list):
+        raise ArtifactError("artifact.json: missing key 'tensors.vocoder.state' (the streaming vocoder's state list)")
+    specs = []
+    for i, s in enumerate(state):
+        where = f"tensors.vocoder.state[{i}]"
+        if not (isinstance(s, dict) and isinstance(s.get("input"), str) and isinstance(s.get("output"), str)
+                and isinstance(s.get("shape"), list) and all(isinstance(d, int) and d > 0 for d in s["shape"])):
+            raise ArtifactError(f"artifact.json: '{where}' needs 'input', 'output' and a positive integer 'shape'")
+        if s["input"] not in names["inputs"] or s["output"] not in names["outputs"]:
+            raise ArtifactError(f"artifact.json: '{where}' names tensors the vocoder does not have")
+        specs.append(StateSpec(s["input"], s["output"], tuple(s["shape"])))
+    return specs
 
 
 def _get(d: dict, key: str, kind: type) -> Any:

@@ -35,15 +35,14 @@ class SynthResult:
 
 
 class Synthesizer:
-    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4,
-                 first_chunk_frames: int = 1, left_context: int = 72):
+    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1):
         self.artifact = artifact
         a = artifact
         self.port = CodecPort(a.max_batch, a.max_seq, a.dims.code_groups)
         self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
         self.talker = TalkerStage(a, backend, a.tables(), self.port)
         self.vocoder = VocoderStage(a, backend, self.port, self._on_pcm, chunk_frames=chunk_frames,
-                                    first_chunk_frames=first_chunk_frames, left_context=left_context)
+                                    first_chunk_frames=first_chunk_frames)
         self.claimed = {**self.talker.preallocate(), **self.vocoder.preallocate(), "pcm_out": self.pcm.nbytes}
 
     def _on_pcm(self, slot: int, first: int, samples: np.ndarray) -> None:
@@ -65,12 +64,12 @@ class Synthesizer:
                 r = queue.popleft()
                 started[r.id] = time.perf_counter()
                 active.append(self.talker.prepare(r, free.pop()))
-                self.vocoder.open(active[-1].slot)
+                self.vocoder.prepare(active[-1].slot)
             self.talker.step_cohort(active)
-            self.vocoder.step([m.slot for m in active])
+            self.vocoder.step_cohort([m.slot for m in active])
             for m in [m for m in active if m.outcome is not Outcome.RUNNING]:
                 self.talker.finish(m, m.outcome.value)
-                self.vocoder.step([m.slot])  # drain the tail window now that the port is closed
+                self.vocoder.finish(m.slot)  # the port is closed: decode the tail window
                 results[m.request.id] = self._result(m, started[m.request.id])
                 active.remove(m)
                 free.append(m.slot)

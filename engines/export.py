@@ -49,8 +49,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
             "talker_decode": _export_decode(talker, out / FILES["talker_decode"], max_seq),
             "code_predictor": _export_predictor(predictor, out / FILES["code_predictor"]),
         }
-        export_vocoder(checkpoint, out / FILES["vocoder"])
-        tensors["vocoder"] = {"inputs": ["codes"], "outputs": ["pcm"]}
+        tensors["vocoder"] = export_vocoder(checkpoint, out / FILES["vocoder"])  # stateful: lists its state
         save_file(_host_tables(cfg, tables), str(out / FILES["embeddings"]))
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
     manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)

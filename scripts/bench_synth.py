@@ -25,6 +25,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # an idle OpenMP thread stalls small matmuls
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
@@ -42,12 +43,11 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edged.artifact import Artifact, load_artifact  # noqa: E402
+from edged.artifact import Artifact, ArtifactError, load_artifact  # noqa: E402
 from edged.backends import make_backend  # noqa: E402
 from edged.request import SpeechRequest  # noqa: E402
 from edged.synth import Synthesizer  # noqa: E402
 from edged.talker.sampling import Sampling  # noqa: E402
-from edged.talker.stage import TalkerStage  # noqa: E402
 from edged.vocoder.stage import VocoderStage  # noqa: E402
 
 TEXTS = [
@@ -72,12 +72,17 @@ class Case:
     notes: list[str] = field(default_factory=list)
 
 
-def _cached(out: Path, what: str, build) -> str:
-    """Run build(out) unless `out` holds a finished build; returns a line saying how long it took."""
+def _cached(out: Path, what: str, build, stale=lambda out: None) -> str:
+    """Run build(out) unless `out` holds a finished build that `stale(out)` (a reason or None)
+    accepts; returns a line saying how long it took."""
     marker = out / MARKER
     if marker.is_file():
-        took = json.loads(marker.read_text())["seconds"]
-        return f"{what}: cached in {out.name} (took {took:.1f} s when made)"
+        reason = stale(out)
+        if reason is None:
+            took = json.loads(marker.read_text())["seconds"]
+            return f"{what}: cached in {out.name} (took {took:.1f} s when made)"
+        print(f"  {out.name} is out of date ({reason}): making it again", flush=True)
+        marker.unlink()
     import torch
 
     torch.set_num_threads(1)
@@ -97,11 +102,20 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
     ckpt = work / f"ckpt-{name}-s{seed}"
     art = work / f"art-{name}-s{seed}-b4-s{max_seq}"
     notes = [_cached(ckpt, "checkpoint", builder),
-             _cached(art, "export", lambda out: export(ckpt, out, max_batch=4, max_seq=max_seq))]
+             _cached(art, "export", lambda out: export(ckpt, out, max_batch=4, max_seq=max_seq), _unloadable)]
     sidecars = sorted(p.name for p in art.iterdir() if p.name.endswith(".data"))
     notes.append("external data: " + (", ".join(sidecars) if sidecars else "none (every graph is one file)"))
     notes.append("artifact size: " + _size(art))
     return Case(name, ckpt, art, frames, notes)
+
+
+def _unloadable(art: Path) -> str | None:
+    """Why edged cannot load `art` (an artifact cached before a contract change), or None."""
+    try:
+        load_artifact(art)
+    except ArtifactError as exc:
+        return str(exc)
+    return None
 
 
 def _size(path: Path) -> str:
@@ -196,18 +210,26 @@ def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]
 
 
 class BareVocoder:
-    """The vocoder windows VocoderStage decodes, without its cursor bookkeeping: the first window is
-    `first_chunk` frames, then `chunk` new frames behind up to `context` already decoded ones; the
-    tail once the talker stops. Isolated here: a change of the vocoder contract touches only this."""
+    """The vocoder windows VocoderStage decodes, on its plans, without its bookkeeping: the first
+    window is `first_chunk` new frames, then `chunk` at a time, the tail once the talker stops; each
+    call carries the stream's state (ping-pong between the two state buffers of the slot).
+    Isolated here: a change of the vocoder contract touches only this class."""
 
-    def __init__(self, stage: VocoderStage, spf: int):
-        self.plans, self.views, self.window_pcm = stage.plans, stage.codes_views, stage.window_pcm
-        self.chunk, self.first_chunk, self.context, self.spf = stage.chunk, stage.first_chunk, stage.context, spf
+    def __init__(self, stage: VocoderStage, groups: int, spf: int):
+        self.stage, self.groups, self.spf = stage, groups, spf
+        self.chunk, self.first_chunk = stage.chunk, stage.first_chunk
+        self.side = np.zeros_like(stage.side)
+
+    def reset(self, n: int) -> None:
+        """Fresh streams in slots 0..n-1 (untimed: the stage zeroes the state at admission)."""
+        for slot in range(n):
+            self.stage.prepare(slot)
+        self.side[:] = 0
 
     def decode(self, frames: np.ndarray, cursor: np.ndarray, published: int, closed: bool,
                pcm: np.ndarray) -> bool:
         """Decode every ready window of every slot; frames [n, F, G], pcm [n, samples]. True if any ran."""
-        spf, ran = self.spf, False
+        st, g, spf, ran = self.stage, self.groups, self.spf, False
         for slot in range(frames.shape[0]):
             while True:
                 c = int(cursor[slot])
@@ -215,11 +237,12 @@ class BareVocoder:
                 new = min(want, published - c)
                 if new <= 0 or (new < want and not closed):
                     break
-                context = min(self.context, c)
-                n = context + new
-                np.copyto(self.views[n - 1][0], frames[slot, c - context: c + new].T)
-                self.plans[n - 1].run()
-                pcm[slot, c * spf:(c + new) * spf] = self.window_pcm[context * spf: n * spf]
+                np.copyto(st.codes[: g * new].reshape(g, new), frames[slot, c: c + new].T)
+                st.start[slot] = c
+                side = int(self.side[slot])
+                st.plans[(slot, side, new)].run()
+                self.side[slot] = 1 - side
+                pcm[slot, c * spf:(c + new) * spf] = st.pcm[: new * spf]
                 cursor[slot] = c + new
                 ran = True
         return ran
@@ -232,7 +255,7 @@ class BareLoop:
     def __init__(self, synth: Synthesizer):
         a = synth.artifact
         self.artifact, self.talker = a, synth.talker
-        self.vocoder = BareVocoder(synth.vocoder, a.samples_per_frame)
+        self.vocoder = BareVocoder(synth.vocoder, a.dims.code_groups, a.samples_per_frame)
         self.frames = np.zeros((a.max_batch, a.max_seq, a.dims.code_groups), dtype=np.int64)  # [B, F, G]
         self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
         self.cursor = np.zeros(a.max_batch, dtype=np.int64)
@@ -254,6 +277,7 @@ class BareLoop:
         t.temperature[:n], t.top_k[:n], t.top_p[:n] = 0.0, 0, 1.0
         t.cp_temperature[:n], t.cp_top_k[:n], t.cp_top_p[:n] = 0.0, 0, 1.0
         t.allow_eos[:n] = False
+        self.vocoder.reset(n)
         self.n = n
 
     def run(self, num_frames: int) -> Run:
@@ -458,7 +482,14 @@ def machine() -> list[str]:
         f"machine: {cpu}, {os.cpu_count()} logical cores{mem}, {platform.system()} {platform.release()}",
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, torch {torch.__version__}, "
         f"numpy {np.__version__}",
+        _load(),
     ]
+
+
+def _load() -> str:
+    """Other work on the machine skews every timing: say how busy it was."""
+    one, five, _ = os.getloadavg()
+    return f"load average: {one:.2f} (1 min), {five:.2f} (5 min)"
 
 
 # ------------------------------------------------------------------------------------ main
@@ -499,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.repeats} repeats", flush=True)
         rows += bench_case(case, args.threads, args.repeats, args.batch, args.profile)
         cases.append(case)
-    print("\n" + "\n".join(header))
+    print("\n" + "\n".join(header) + f"\nat the end, {_load()}")
     for case in cases:
         print(f"{case.name}: " + "; ".join(case.notes))
     print()

@@ -33,11 +33,11 @@ def test_step_path_does_not_allocate(builtin_artifact, backend):
     members = [talker.prepare(r, slot) for slot, r in enumerate(requests)]
     slots = [m.slot for m in members]
     for slot in slots:
-        vocoder.open(slot)
+        vocoder.prepare(slot)
 
     def frame() -> None:
         talker.step_cohort(members)
-        vocoder.step(slots)
+        vocoder.step_cohort(slots)
 
     for _ in range(20):  # warm up: first windows, text track running out, caches of the engines
         frame()

@@ -1,10 +1,14 @@
-"""The vocoder port and its ONNX graph against qwen-tts's own 12 Hz decoder, on tiny random checkpoints.
+"""The vocoder port and its streaming ONNX graph against qwen-tts's own 12 Hz decoder, on tiny random
+checkpoints.
 
 Each checkpoint is a `Qwen3TTSTokenizerV2Model` built with qwen-tts's classes, every parameter
 re-drawn from a seeded generator (the default init has all-zero codebooks, so the output would not
 depend on the codes, and zero SnakeBeta parameters), and saved with `save_pretrained` as
 `<dir>/speech_tokenizer/`, the layout of a real checkpoint. The gains keep the waveform off the
 +-1 clamp and make it depend on the codes, so a wrong sliding window shows up well above tolerance.
+
+The graph is exported once per checkpoint (the `vocoder` fixture, ~25 s each). Streams are fed to
+it the way the runtime does: a few new frames per call, state_out fed back as state_in.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from engines.qwen3_tts_codec import Codec, CodecConfig, export_vocoder, load_codec  # noqa: E402
+from engines.qwen3_tts_codec import Codec, CodecConfig, export_vocoder, load_codec, state_specs  # noqa: E402
 from engines.reference import import_qwen_tts  # noqa: E402
 
 SAMPLES_PER_FRAME = 1920
 CODEBOOK_SIZE = 64
+WINDOWS = (1, 4, 4, 3, 1, 4)  # frames per call, cycled; irregular, as the runtime's windows are
 TINY_DECODER = dict(
     codebook_size=CODEBOOK_SIZE, codebook_dim=32, hidden_size=32, latent_dim=32, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=4, intermediate_size=64, decoder_dim=64, sliding_window=72,
@@ -137,33 +142,154 @@ def test_sliding_window_off_by_one_is_visible(checkpoint):
             assert (other.eval()(codes) - expected).abs().max().item() > 1e-4
 
 
-def test_onnx_matches_reference(checkpoint, tmp_path):
-    root, decoder = checkpoint
-    config = CodecConfig.from_checkpoint(root)
-    path = tmp_path / "vocoder.onnx"
+@pytest.fixture(scope="module")
+def vocoder(checkpoint, tmp_path_factory) -> tuple[Path, ort.InferenceSession, dict]:
+    """(graph path, an ORT session on it, the manifest entry export_vocoder returned)."""
+    root, _ = checkpoint
+    path = tmp_path_factory.mktemp("vocoder") / "vocoder.onnx"
     start = time.perf_counter()
-    export_vocoder(root, path)  # also checks the graph's dynamic dims and ORT vs torch
-    seconds = time.perf_counter() - start
+    manifest = export_vocoder(root, path)  # also checks the graph's dims and streams ORT vs torch
+    print(f"export {time.perf_counter() - start:.1f} s")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return path, ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), manifest
+
+
+def _fresh_state(manifest: dict, batch: int) -> list[np.ndarray]:
+    return [np.zeros((batch, *entry["shape"]), dtype=np.float32) for entry in manifest["state"]]
+
+
+def _decode(vocoder, codes: torch.Tensor, start, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One graph call: codes [B, G, F] of the new frames, start [B] (or one int for all rows)."""
+    _, session, manifest = vocoder
+    batch = codes.shape[0]
+    feeds = {"codes": codes.numpy(), "start": np.broadcast_to(np.asarray(start, dtype=np.int64), (batch,)).copy()}
+    feeds.update((entry["input"], s) for entry, s in zip(manifest["state"], state))
+    pcm, *new_state = session.run(manifest["outputs"], feeds)
+    assert [s.shape for s in new_state] == [s.shape for s in state]  # ping-pong buffers
+    return pcm, new_state
+
+
+def _stream(vocoder, codes: torch.Tensor, start=0, state=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Decodes codes [B, G, F] in WINDOWS-sized calls (the last one partial), carrying the state."""
+    state = _fresh_state(vocoder[2], codes.shape[0]) if state is None else state
+    chunks, done, call = [], 0, 0
+    while done < codes.shape[-1]:
+        frames = min(WINDOWS[call % len(WINDOWS)], codes.shape[-1] - done)
+        pcm, state = _decode(vocoder, codes[..., done : done + frames], np.asarray(start) + done, state)
+        chunks.append(pcm)
+        done, call = done + frames, call + 1
+    return np.concatenate(chunks, axis=1), state
+
+
+def test_graph_contract(checkpoint, vocoder):
+    """Names, dtypes, dynamic B and F, and state shapes [B, *state_specs] on both sides."""
+    root, _ = checkpoint
+    config = CodecConfig.from_checkpoint(root)
+    path, _, manifest = vocoder
+    specs = state_specs(config)
+    count = len(specs)
+    assert count == 2 * TINY_DECODER["num_hidden_layers"] + 21  # KV per layer + 21 conv tails
+    assert manifest["inputs"] == ["codes", "start", *(f"state_in_{i}" for i in range(count))]
+    assert manifest["outputs"] == ["pcm", *(f"state_out_{i}" for i in range(count))]
+    assert [entry["shape"] for entry in manifest["state"]] == [list(shape) for _, shape in specs]
+    assert specs[1] == ("pre_transformer.layers.0.self_attn.keys", (4, 71, 8))  # [Hkv, window - 1, D]
 
     graph = onnx.load(str(path)).graph
-    (codes_info,), (pcm_info,) = graph.input, graph.output
-    assert (codes_info.name, pcm_info.name) == ("codes", "pcm")
-    assert codes_info.type.tensor_type.elem_type == onnx.TensorProto.INT64
-    assert pcm_info.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert not any(node.domain not in ("", "ai.onnx") for node in graph.node)  # standard ops only
-    print(f"G={config.num_quantizers}: export {seconds:.1f} s, {len(graph.node)} nodes")
+    values = {v.name: v.type.tensor_type for v in (*graph.input, *graph.output)}
+    assert [v.name for v in graph.input] == manifest["inputs"]
+    assert [v.name for v in graph.output] == manifest["outputs"]
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    cases = [_codes(batch, config.num_quantizers, frames, seed=10 * batch + frames)
-             for batch in (1, 2) for frames in (1, 3, 80)]
-    for codes in cases:
-        (pcm,) = session.run(["pcm"], {"codes": codes.numpy()})
+    def dims(name: str) -> list:
+        return [d.dim_param or d.dim_value for d in values[name].shape.dim]
+
+    batch, groups, frames = dims("codes")
+    assert isinstance(batch, str) and isinstance(frames, str) and batch != frames
+    assert groups == config.num_quantizers
+    assert values["codes"].elem_type == values["start"].elem_type == onnx.TensorProto.INT64
+    assert dims("start") == [batch]
+    assert values["pcm"].elem_type == onnx.TensorProto.FLOAT
+    assert dims("pcm")[0] == batch and isinstance(dims("pcm")[1], str)
+    for entry in manifest["state"]:
+        for name in (entry["input"], entry["output"]):
+            assert values[name].elem_type == onnx.TensorProto.FLOAT
+            assert dims(name) == [batch, *entry["shape"]]
+    print(f"G={config.num_quantizers}: {len(graph.node)} nodes, {count} state tensors")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_fresh_stream_is_whole_decode(checkpoint, vocoder, batch):
+    """start = 0 and zero state: one call decodes a whole utterance, as the reference does."""
+    _, decoder = checkpoint
+    groups = decoder.config.num_quantizers
+    state = _fresh_state(vocoder[2], batch)
+    for frames in (1, 3, 80):  # 80 > the 72-frame window
+        codes = _codes(batch, groups, frames, seed=10 * batch + frames)
+        pcm, _ = _decode(vocoder, codes, 0, state)
         expected = _reference(decoder, codes).numpy()
-        batch, _, frames = codes.shape
         assert pcm.shape == (batch, frames * SAMPLES_PER_FRAME)
         error = float(np.abs(pcm - expected).max())
-        print(f"G={config.num_quantizers} B={batch} F={frames}: ORT vs reference max |err| {error:.3g}")
-        assert error <= 1e-4
+        print(f"G={groups} B={batch} F={frames}: one call vs reference max |err| {error:.3g}")
+        assert error <= 1e-5
+
+
+def test_streamed_equals_whole_decode(checkpoint, vocoder):
+    """150 frames (twice the attention window) in calls of 1-4 frames, ending with a partial
+    window, carrying the state: the reference's whole-utterance waveform, to float noise."""
+    _, decoder = checkpoint
+    groups = decoder.config.num_quantizers
+    codes = _codes(1, groups, 150, seed=150)
+    expected = _reference(decoder, codes).numpy()
+    pcm, _ = _stream(vocoder, codes)
+    error = float(np.abs(pcm - expected).max())
+    print(f"G={groups} F=150 streamed in windows {WINDOWS}: max |err| {error:.3g} (peak {np.abs(expected).max():.3f})")
+    assert error <= 1e-5
+
+
+def test_batched_streams_equal_single(checkpoint, vocoder):
+    """Two streams at different points share calls: stream a has decoded 40 frames alone, stream b
+    starts fresh, then 60 frames of each go through together, rows at different starts."""
+    _, decoder = checkpoint
+    groups = decoder.config.num_quantizers
+    a, b = _codes(1, groups, 100, seed=1), _codes(1, groups, 60, seed=2)
+    head, state_a = _stream(vocoder, a[..., :40])
+    state = [np.concatenate((sa, sb)) for sa, sb in zip(state_a, _fresh_state(vocoder[2], 1))]
+    both, _ = _stream(vocoder, torch.cat((a[..., 40:], b)), start=np.array([40, 0]), state=state)
+    alone_b, _ = _stream(vocoder, b)
+    pcm_a = np.concatenate((head[0], both[0]))
+    error_a = float(np.abs(pcm_a - _reference(decoder, a).numpy()[0]).max())
+    error_b = float(np.abs(both[1] - _reference(decoder, b).numpy()[0]).max())
+    print(f"G={groups} batched vs reference: a {error_a:.3g}, b {error_b:.3g}; "
+          f"b batched vs alone {np.abs(both[1] - alone_b[0]).max():.3g}")
+    assert max(error_a, error_b) <= 1e-5
+    assert np.abs(both[1] - alone_b[0]).max() <= 1e-5
+
+
+def test_streaming_cost(checkpoint, vocoder):
+    """Measures (prints) ORT time per call of 1 and 4 frames on this tiny model, one thread, and the
+    state a stream carries, here and for the released 0.6B decoder's dims."""
+    _, decoder = checkpoint
+    groups = decoder.config.num_quantizers
+    _, state = _stream(vocoder, _codes(1, groups, 100, seed=3))
+    for frames in (1, 4):
+        codes = _codes(1, groups, frames, seed=frames)
+        for _ in range(3):
+            _decode(vocoder, codes, 100, state)
+        calls, start = 30, time.perf_counter()
+        for _ in range(calls):
+            _decode(vocoder, codes, 100, state)
+        print(f"G={groups} F={frames}: {1e3 * (time.perf_counter() - start) / calls:.2f} ms per call")
+    real = CodecConfig(
+        codebook_dim=512, latent_dim=1024, hidden_size=512, num_hidden_layers=8, num_attention_heads=16,
+        num_key_value_heads=16, head_dim=64, intermediate_size=1024, decoder_dim=1536,
+    )
+    for name, config in (("tiny", CodecConfig.from_checkpoint(checkpoint[0])), ("0.6B", real)):
+        specs = state_specs(config)
+        kv = sum(math.prod(shape) for key, shape in specs if key.endswith(("keys", "values")))
+        total = sum(math.prod(shape) for _, shape in specs)
+        print(f"{name} G={config.num_quantizers}: {len(specs)} state tensors, {4 * total} bytes per stream "
+              f"({4 * kv} of them attention keys/values)")
 
 
 @pytest.mark.parametrize(
@@ -191,30 +317,3 @@ def test_unused_decoder_key_names_the_key(checkpoint, tmp_path):
     _write_copy(root, tmp_path, tensors)
     with pytest.raises(ValueError, match=r"decoder\.pre_transformer\.layers\.2\.mlp\.up_proj\.weight"):
         load_codec(tmp_path)
-
-
-@pytest.mark.parametrize("checkpoint", [16], indirect=True, ids=["G16"])
-def test_windowed_decoding_vs_whole(checkpoint):
-    """Measures (prints, does not assert) how far decoding 4 new frames at a time with C frames of
-    left context, whose samples are dropped, lands from decoding all 120 frames at once.
-
-    A window that starts before frame C has the whole prefix as context, which the whole decode
-    computes exactly (the decoder is causal, asserted here), so only the windows with a full C
-    frames of context are decoded, all in one batch.
-    """
-    root, _ = checkpoint
-    config, codec = load_codec(root)
-    frames, step = 120, 4
-    codes = _codes(1, config.num_quantizers, frames, seed=120)
-    with torch.no_grad():
-        whole = codec(codes)  # [1, 120 * 1920]
-        prefix = codec(codes[..., :50])
-        assert (prefix - whole[:, : prefix.shape[1]]).abs().max().item() <= 1e-5
-        for context in (25, 50, 72, 100):
-            starts = range(step * math.ceil(context / step), frames, step)
-            windows = torch.cat([codes[..., start - context : start + step] for start in starts])  # [W, G, C + 4]
-            new = codec(windows)[:, context * SAMPLES_PER_FRAME :]  # [W, 4 * 1920]
-            expected = torch.stack([whole[0, start * SAMPLES_PER_FRAME : (start + step) * SAMPLES_PER_FRAME]
-                                    for start in starts])
-            diff = (new - expected).abs().max().item()
-            print(f"C={context}: windowed vs whole max |diff| {diff:.3g} (peak {whole.abs().max().item():.3f})")

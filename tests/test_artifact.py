@@ -86,21 +86,14 @@ def test_mismatched_hidden_names_the_tensor(copy, backend):
         _boot(copy, backend)
 
 
-def test_mismatched_kv_heads_names_graph_and_tensor(copy, backend):
-    _edit(copy, lambda m: m["dims"].update(kv_heads=m["dims"]["kv_heads"] + 1))
-    with pytest.raises(EngineError, match=r"talker_decode\.onnx: tensor past_keys_0 has shape"):
-        _boot(copy, backend)
-
-
-def test_mismatched_code_groups_names_graph_and_tensor(copy, backend):
-    _edit(copy, lambda m: m["dims"].update(code_groups=m["dims"]["code_groups"] + 2))
-    with pytest.raises(EngineError, match=r"code_predictor\.onnx: tensor noise has shape"):
-        _boot(copy, backend)
-
-
-def test_mismatched_layers(copy, backend):
-    _edit(copy, lambda m: m["dims"].update(layers=m["dims"]["layers"] + 1))
-    with pytest.raises(EngineError, match=r"talker_decode\.onnx: bindings missing \[\] / unknown \['new_keys_2'"):
+@pytest.mark.parametrize("key,delta,message", [
+    ("kv_heads", 1, r"talker_decode\.onnx: tensor past_keys_0 has shape"),
+    ("code_groups", 2, r"code_predictor\.onnx: tensor noise has shape"),
+    ("layers", 1, r"talker_decode\.onnx: bindings missing \[\] / unknown \['new_keys_2'"),
+])
+def test_mismatched_dims_name_graph_and_tensor(copy, backend, key, delta, message):
+    _edit(copy, lambda m: m["dims"].update({key: m["dims"][key] + delta}))
+    with pytest.raises(EngineError, match=message):
         _boot(copy, backend)
 
 
@@ -124,3 +117,15 @@ def test_missing_embedding_tensor(copy, backend):
     save_file(tables, str(copy / "embeddings.safetensors"))
     with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: missing tensor 'tts_pad'"):
         _boot(copy, backend)
+
+
+def test_vocoder_state_shape_mismatch_names_the_tensor(copy, backend):
+    _edit(copy, lambda m: m["tensors"]["vocoder"]["state"][0].update(shape=[7, 7]))
+    with pytest.raises(EngineError, match=r"vocoder\.onnx: tensor state_in_0 has shape"):
+        _boot(copy, backend)
+
+
+def test_vocoder_state_list_missing(copy):
+    _edit(copy, lambda m: m["tensors"]["vocoder"].pop("state"))
+    with pytest.raises(ArtifactError, match=r"'tensors\.vocoder\.state'"):
+        load_artifact(copy)

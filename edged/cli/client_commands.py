@@ -1,0 +1,102 @@
+"""`edged say`, `edged cancel`, `edged status`: small clients of a running daemon."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edged.config import default_endpoint
+
+EXIT_FAILED = 1
+EXIT_REJECTED = 2
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("say", help="speak TEXT through the running daemon and print the report")
+    p.add_argument("text")
+    p.add_argument("--voice", default=None)
+    p.add_argument("--language", default=None)
+    p.add_argument("--instruct", default=None)
+    p.add_argument("--out", type=Path, default=None, help="also stream the audio back and write it to a WAV file")
+    p.add_argument("--no-play", action="store_true", help="do not play on the daemon's speaker")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-audio-ms", type=int, default=None)
+    _endpoint(p)
+    p.set_defaults(run=say)
+
+    p = commands.add_parser("cancel", help="cancel a request by id (of this client's requests: ids are per client)")
+    p.add_argument("id")
+    _endpoint(p)
+    p.set_defaults(run=cancel)
+
+    p = commands.add_parser("status", help="show the daemon's status")
+    p.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    _endpoint(p)
+    p.set_defaults(run=status)
+
+
+def _endpoint(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", default=None, help=f"daemon endpoint (default: {default_endpoint()})")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon")
+
+
+def say(args: argparse.Namespace) -> int:
+    from edged.audio_io import write_wav
+    from edged.client import Client, RequestRejected
+
+    sampling = {"seed": args.seed} if args.seed is not None else None
+    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+        utterance = client.speak(args.text, voice=args.voice, language=args.language, instruct=args.instruct,
+                                 play=not args.no_play, stream=args.out is not None, sampling=sampling,
+                                 max_audio_ms=args.max_audio_ms)
+        try:
+            done = utterance.wait()
+        except RequestRejected as exc:
+            print(f"edged say: rejected: {exc.reason}", file=sys.stderr)
+            return EXIT_REJECTED
+    if args.out is not None:
+        write_wav(args.out, utterance.pcm, utterance.sample_rate or 24000)
+    print(json.dumps({"id": done.id, "reason": done.reason, "error": done.error, **done.report}))
+    return 0 if done.reason in ("eos", "length") else EXIT_FAILED
+
+
+def cancel(args: argparse.Namespace) -> int:
+    from edged.client import Client
+
+    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+        client.cancel(args.id)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from edged.client import Client
+
+    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+        s = client.status()
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(format_status(s))
+    return 0
+
+
+def format_status(s: dict) -> str:
+    cohort, queue, counters = s["cohort"], s["queue"], s["counters"]
+    done = ", ".join(f"{k} {v}" for k, v in counters["done"].items())
+    rows = [
+        ("state", s["state"]),
+        ("uptime", f"{s['uptime_s']:.1f} s"),
+        ("artifact", f"{s['artifact']} ({s['family']})"),
+        ("cohort", f"{cohort['running']}/{cohort['max_batch']} members" + (f": {', '.join(cohort['members'])}" if cohort["members"] else "")),
+        ("queue", f"{queue['waiting']} waiting (limit {queue['limit']})"),
+        ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),
+        ("done", done),
+        ("frames", f"{counters['frames']} in {counters['steps']} steps"),
+        ("audio", s["audio"]),
+    ]
+    rows += [(f"memory {part}", f"{size / 2**20:.2f} MiB") for part, size in s["memory"].items()]
+    rows.append(("memory total", f"{sum(s['memory'].values()) / 2**20:.2f} MiB"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,287 @@
+"""A small synchronous client for the edged daemon (protocol v1 over a ZeroMQ DEALER socket).
+
+    with Client("ipc:///run/edged/edged.sock") as c:
+        done = c.speak("Hello.", play=False, stream=True).wait()
+
+Several utterances may be in flight at once: replies are demultiplexed by id, and replies for
+one utterance wait in a buffer while another is being read. An utterance's replies are buffered
+until it is read, so read (or `wait()` on) every utterance you start.
+
+One Client is used from one thread (ZeroMQ sockets are not thread-safe); use one Client per thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from edged import protocol
+from edged.protocol import Accepted, Done, Error, HistoryReply, Id, ProtocolError, Rejected, StatusReply
+
+log = logging.getLogger(__name__)
+
+DTYPES: dict[str, np.dtype] = {"f32le": np.dtype("<f4"), "s16le": np.dtype("<i2")}
+
+
+@dataclass(frozen=True)
+class Audio(protocol.Audio):
+    """An `audio` reply with its samples: float32 for f32le, int16 for s16le, mono."""
+
+    pcm: np.ndarray = field(repr=False, compare=False)
+
+
+Event = Accepted | Rejected | Audio | Done
+
+
+class RequestRejected(Exception):
+    """The daemon rejected a speak (the request was understood but cannot be served)."""
+
+    def __init__(self, id: Id, reason: str):
+        super().__init__(f"speak {id!r} rejected: {reason}")
+        self.id = id
+        self.reason = reason
+
+
+class Utterance:
+    """One speak request: iterate it for its events (accepted | rejected, audio..., done), or `wait()`.
+
+    The client checks the daemon's ordering guarantees: `accepted` first, audio seq 0, 1, 2, ...
+    with contiguous samples, then exactly one `done`; a broken guarantee raises ProtocolError.
+    """
+
+    def __init__(self, client: Client, id: Id, format: str):
+        self.client = client
+        self.id = id
+        self.format = format
+        self.accepted: bool | None = None
+        """None until the daemon answers; then True (accepted) or False (rejected)."""
+        self.rejected: str | None = None
+        """Why the speak was rejected (or, for an `error` reply to it, why it could not be read)."""
+        self.done: Done | None = None
+        self.sample_rate: int | None = None
+        self.chunks: list[np.ndarray] = []
+        """Every audio chunk received so far (streamed requests only)."""
+        self.samples_received = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.done is not None or self.accepted is False
+
+    def __iter__(self) -> Iterator[Event]:
+        while not self.finished:
+            yield self.next_event()
+
+    def next_event(self) -> Event:
+        """The next event, waiting up to the client's timeout for it."""
+        if self.finished:
+            raise RuntimeError(f"speak {self.id!r} is already finished")
+        what = "accepted" if self.accepted is None else f"audio or done (after {len(self.chunks)} chunks)"
+        msg, pcm = self.client._next_for(self.id, f"speak {self.id!r}: {what}")
+        if isinstance(msg, Error):
+            if self.accepted is None:  # the speak itself was not understood: it is over
+                self.accepted = False
+                self.rejected = msg.reason
+                self.client._inbox.pop(self.id, None)
+            raise ProtocolError(msg.reason, msg.id)
+        return self._apply(msg, pcm)
+
+    def _apply(self, msg: Any, pcm: bytes | None) -> Event:
+        def broken(what: str) -> ProtocolError:
+            return ProtocolError(f"speak {self.id!r}: {what}", self.id)
+
+        if isinstance(msg, (Accepted, Rejected)):
+            if self.accepted is not None:
+                raise broken(f"{msg.op} after the request was already answered")
+            self.accepted = isinstance(msg, Accepted)
+            if isinstance(msg, Rejected):
+                self.rejected = msg.reason
+                self.client._inbox.pop(self.id, None)
+            return msg
+        if not self.accepted:
+            raise broken(f"{msg.op} before accepted")
+        if isinstance(msg, Done):
+            self.done = msg
+            self.client._inbox.pop(self.id, None)
+            return msg
+        if not isinstance(msg, protocol.Audio) or pcm is None:
+            raise broken(f"unexpected {msg.op} reply")
+        if msg.seq != len(self.chunks):
+            raise broken(f"audio seq {msg.seq}, expected {len(self.chunks)}")
+        if msg.first_sample != self.samples_received:
+            raise broken(f"audio first_sample {msg.first_sample}, expected {self.samples_received}")
+        if msg.format != self.format:
+            raise broken(f"audio format {msg.format!r}, requested {self.format!r}")
+        if self.sample_rate not in (None, msg.sample_rate):
+            raise broken(f"audio sample_rate changed from {self.sample_rate} to {msg.sample_rate}")
+        self.sample_rate = msg.sample_rate
+        samples = np.frombuffer(pcm, dtype=DTYPES[msg.format])
+        self.chunks.append(samples)
+        self.samples_received += msg.samples
+        return Audio(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}, pcm=samples)
+
+    def wait(self) -> Done:
+        """Read every remaining event; the `done` (raises RequestRejected if the speak was rejected)."""
+        for _ in self:
+            pass
+        if self.done is None:
+            raise RequestRejected(self.id, self.rejected or "")
+        return self.done
+
+    @property
+    def pcm(self) -> np.ndarray:
+        """All audio received so far, concatenated (empty unless the speak had stream: true)."""
+        if not self.chunks:
+            return np.zeros(0, DTYPES[self.format])
+        return np.concatenate(self.chunks)
+
+    def audio(self) -> np.ndarray:
+        """Wait for the end of the utterance; all its audio."""
+        self.wait()
+        return self.pcm
+
+    def cancel(self) -> None:
+        self.client.cancel(self.id)
+
+    def send_text(self, text: str, final: bool = False) -> None:
+        self.client.send_text(self.id, text, final=final)
+
+    def ack(self, played_ms: float, final: bool = False) -> None:
+        self.client.ack(self.id, played_ms, final=final)
+
+
+class Client:
+    """A connection to the daemon at `endpoint` (e.g. "ipc:///run/edged/edged.sock").
+
+    `timeout_s` bounds every wait for one reply (the next event of an utterance, a status or a
+    history), not a whole utterance; it raises TimeoutError naming what was awaited. An `error`
+    reply raises ProtocolError with the daemon's reason: from the utterance it names, or, when it
+    names no id the client is waiting on, from whichever call waits next.
+    """
+
+    def __init__(self, endpoint: str, timeout_s: float = 30.0, *, context: zmq.Context | None = None):
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self._socket = (context or zmq.Context.instance()).socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
+        self._socket.connect(endpoint)
+        self._inbox: dict[Id, deque[tuple[Any, bytes | None]]] = {}
+        """Replies per in-flight speak id, in arrival order."""
+        self._replies: deque[HistoryReply | StatusReply] = deque()
+        self._orphan_errors: deque[Error] = deque()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    # --- requests
+
+    def speak(self, text: str, *, id: Id | None = None, more_text: bool = False, session: str | None = None,
+              voice: str | None = None, language: str | None = None, instruct: str | None = None,
+              play: bool = True, stream: bool = False, format: str = "f32le", max_audio_ms: int | None = None,
+              sampling: dict[str, Any] | None = None, report_codes: bool = False) -> Utterance:
+        """Send a speak; its Utterance (nothing is waited for yet). `id` defaults to a fresh uuid4 hex."""
+        id = uuid.uuid4().hex if id is None else id
+        if id in self._inbox:
+            raise ValueError(f"speak id {id!r} is already in flight on this client")
+        msg = protocol.Speak(id=id, text=text, more_text=more_text, session=session, voice=voice,
+                             language=language, instruct=instruct, play=play, stream=stream, format=format,
+                             max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes)
+        frames = protocol.encode(msg)
+        self._inbox[id] = deque()
+        try:
+            self._send(frames, f"speak {id!r}")
+        except BaseException:
+            del self._inbox[id]
+            raise
+        return Utterance(self, id, format)
+
+    def send_text(self, id: Id, text: str, final: bool = False) -> None:
+        """More text for a speak sent with more_text=True."""
+        self._send(protocol.encode(protocol.Text(id=id, text=text, final=final)), f"text {id!r}")
+
+    def cancel(self, id: Id) -> None:
+        self._send(protocol.encode(protocol.Cancel(id=id)), f"cancel {id!r}")
+
+    def ack(self, id: Id, played_ms: float, final: bool = False) -> None:
+        """Report how much of a streamed utterance was heard (for clients that play audio themselves)."""
+        self._send(protocol.encode(protocol.Ack(id=id, played_ms=played_ms, final=final)), f"ack {id!r}")
+
+    def turn(self, session: str, role: str, content: str) -> None:
+        """Append a user/system/assistant turn to a session's history."""
+        self._send(protocol.encode(protocol.Turn(session=session, role=role, content=content)), "turn")
+
+    def history(self, session: str, wait: bool = False) -> list[dict[str, Any]]:
+        """The session's turns, oldest first: [{role, content, interrupted?, response_id?}]."""
+        self._send(protocol.encode(protocol.History(session=session, wait=wait)), f"history {session!r}")
+        reply = self._next_reply(lambda r: isinstance(r, HistoryReply) and r.session == session,
+                                 f"history {session!r}")
+        assert isinstance(reply, HistoryReply)
+        return reply.turns
+
+    def status(self) -> dict[str, Any]:
+        self._send(protocol.encode(protocol.Status()), "status")
+        reply = self._next_reply(lambda r: isinstance(r, StatusReply), "status")
+        assert isinstance(reply, StatusReply)
+        return reply.fields
+
+    # --- receiving: one loop, replies routed by id
+
+    def _send(self, frames: list[protocol.Buffer], what: str) -> None:
+        try:
+            self._socket.send_multipart(frames)
+        except zmq.Again:
+            raise TimeoutError(f"{what}: could not send within {self.timeout_s:g} s") from None
+
+    def _next_for(self, id: Id, what: str) -> tuple[Any, bytes | None]:
+        """The next reply for speak `id`."""
+        self._pump(lambda: bool(self._inbox.get(id)), what)
+        return self._inbox[id].popleft()
+
+    def _next_reply(self, match: Callable[[Any], bool], what: str) -> HistoryReply | StatusReply:
+        def found() -> bool:
+            return any(match(r) for r in self._replies)
+
+        self._pump(found, what)
+        reply = next(r for r in self._replies if match(r))
+        self._replies.remove(reply)
+        return reply
+
+    def _pump(self, ready: Callable[[], bool], what: str) -> None:
+        """Receive and route replies until `ready()`, for at most timeout_s."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if self._orphan_errors:
+                err = self._orphan_errors.popleft()
+                raise ProtocolError(err.reason, err.id)
+            if ready():
+                return
+            left_ms = math.ceil((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not self._socket.poll(left_ms, zmq.POLLIN):
+                raise TimeoutError(f"{what}: no reply within {self.timeout_s:g} s")
+            self._route(*protocol.decode_reply(self._socket.recv_multipart()))
+
+    def _route(self, msg: Any, pcm: bytes | None) -> None:
+        if isinstance(msg, (HistoryReply, StatusReply)):
+            self._replies.append(msg)
+        elif msg.id in self._inbox:
+            self._inbox[msg.id].append((msg, pcm))
+        elif isinstance(msg, Error):
+            self._orphan_errors.append(msg)
+        else:
+            log.warning("dropping %s for id %r: no speak with that id is in flight", msg.op, msg.id)

@@ -1,0 +1,104 @@
+"""The daemon's lifecycle: boot in named steps, serve, drain on SIGTERM, exit 0.
+
+    boot:  config -> artifact -> engines + preallocate (prints what it claimed) -> warm up
+           -> bind the socket -> READY=1
+    serve: the cohort loop on this (main) thread; the socket on its own thread; WATCHDOG=1 only
+           while the loop makes progress
+    drain: SIGTERM -> STOPPING=1, stop admitting, let in-flight requests finish until the drain
+           deadline, cancel the rest (each still gets its `done`), exit 0. A second signal forces.
+
+Signal handlers only set flags (uvicorn's rule); the loop reads them between frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from edged.artifact import load_artifact
+from edged.backends import make_backend
+from edged.config import Config
+from edged.scheduler.loop import CohortLoop, Drain
+from edged.server import Server
+from edged.systemd import Notifier, Watchdog
+from edged.talker.sampling import Sampling
+
+log = logging.getLogger("edged.daemon")
+
+
+class Daemon:
+    def __init__(self, config: Config):
+        self.config = config
+        self.signals = 0
+        self.notifier = Notifier()
+
+    def run(self) -> int:
+        loop, server = self.boot()
+        self._install_signals()
+        try:
+            self.serve(loop)
+        finally:
+            server.stop()
+            self.watchdog.stop()
+        log.info("stopped")
+        return 0
+
+    # ----------------------------------------------------------------------------- boot
+
+    def boot(self) -> tuple[CohortLoop, Server]:
+        cfg = self.config
+        t0 = time.monotonic()
+        artifact = load_artifact(cfg.daemon.artifact or None)
+        backend = make_backend(cfg.daemon.backend, cfg.daemon.threads)
+        self.watchdog = Watchdog(self.notifier)
+        loop = CohortLoop(artifact, backend, reply=lambda *_: None, queue_limit=cfg.daemon.queue_limit,
+                          chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
+                          play_available=False, reject_play_without_device=cfg.audio.on_missing_device == "reject",
+                          progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps)
+        claimed = loop.preallocate()
+        for part, size in claimed.items():
+            log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
+        log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
+        loop.warm_up()
+        defaults = Sampling.defaults(artifact.sampling).with_overrides(
+            {k: v for k, v in vars(cfg.sampling).items() if v is not None})
+        server = Server(cfg.endpoint, loop, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults)
+        server.start()
+        log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
+                 artifact.path, artifact.max_batch, time.monotonic() - t0)
+        self.notifier.ready()
+        self.notifier.status(f"serving on {cfg.endpoint}: 0/{artifact.max_batch} members, 0 queued")
+        self.watchdog.start()
+        return loop, server
+
+    # ----------------------------------------------------------------------------- serve + drain
+
+    def serve(self, loop: CohortLoop) -> None:
+        last_status = 0.0
+        while self.signals < 2:
+            if self.signals == 1 and loop.draining is None:
+                self.notifier.stopping()
+                log.info("draining: %d in flight, deadline %.1f s", len(loop.scheduler.by_key),
+                         self.config.daemon.drain_timeout_s)
+                loop.inbox.put(Drain(time.monotonic() + self.config.daemon.drain_timeout_s))
+            loop.iteration()
+            if loop.draining is not None and not loop.scheduler.by_key:
+                return
+            now = time.monotonic()
+            if now - last_status >= 1.0:
+                s = loop.status()
+                self.notifier.status(f"{s['state']} on {self.config.endpoint}: {s['cohort']['running']}/"
+                                     f"{s['cohort']['max_batch']} members, {s['queue']['waiting']} queued, "
+                                     f"{s['counters']['accepted']} accepted")
+                last_status = now
+        log.warning("second signal: exiting without draining")
+
+    def _install_signals(self) -> None:
+        def handle(signum, _frame) -> None:
+            self.signals += 1
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handle)
+            signal.signal(signal.SIGINT, handle)

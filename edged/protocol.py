@@ -1,0 +1,424 @@
+"""Wire protocol v1: typed messages, one framing pair, and the one place that decodes.
+
+A message is one msgpack map (the header, with an `op`) optionally followed by ONE binary frame;
+only `audio` (server -> client) carries one, its PCM. Over the ROUTER socket the server sees the
+peer's identity frame first: strip it, pass the rest to `decode`. docs/protocol.md is the reference.
+
+Each message is a frozen dataclass whose fields are the wire table: `field(metadata=CHECK)` names
+the check `decode` runs on the field. A field without a default is required; an optional field
+may be absent or nil; a field the op does not have is an error (typos are caught).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgpack
+
+from edged.talker.sampling import KEYS as SAMPLING_KEYS
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+"""Largest client -> server message (all frames together) the server reads, in bytes."""
+MAX_ID_CHARS = 128
+FORMATS = ("f32le", "s16le")
+BYTES_PER_SAMPLE = {"f32le": 4, "s16le": 2}
+ROLES = ("user", "system", "assistant")
+DONE_REASONS = ("eos", "length", "cancelled", "interrupted", "error")
+
+Id = str | int
+"""A request id: a non-empty string of at most 128 characters, or an integer; echoed back exactly."""
+Buffer = bytes | bytearray | memoryview
+
+
+class ProtocolError(Exception):
+    """A message that is not valid protocol v1; `reason` says what is wrong, `id` echoes its id if readable."""
+
+    def __init__(self, reason: str, id: Id | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.id = id
+
+
+# --- field checks: each raises ProtocolError naming `where` (e.g. "speak.play") and what it expected
+
+
+Check = Callable[[Any, str], None]
+Spec = Mapping[str, Check]
+"""A field's dataclass metadata: {"check": check}."""
+
+
+def _describe(v: Any) -> str:
+    """The msgpack type of a decoded value, with a short repr for scalars."""
+    names = {type(None): "nil", bool: "bool", int: "int", float: "float", str: "str", bytes: "bin",
+             list: "array", dict: "map"}
+    name = names.get(type(v), type(v).__name__)
+    if isinstance(v, (bool, int, float, str)):
+        text = repr(v)
+        return f"{name} {text if len(text) <= 40 else text[:37] + '...'}"
+    return name
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_id(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, str) and 0 < len(v) <= MAX_ID_CHARS)
+
+
+def _kind(expected: str, ok: Callable[[Any], bool]) -> Spec:
+    def check(v: Any, where: str) -> None:
+        if not ok(v):
+            raise ProtocolError(f"{where} must be {expected}, got {_describe(v)}")
+
+    return {"check": check}
+
+
+def _check(spec: Spec, v: Any, where: str) -> None:
+    spec["check"](v, where)
+
+
+def _one_of(values: tuple[str, ...]) -> Spec:
+    return _kind("one of " + ", ".join(repr(x) for x in values), lambda v: isinstance(v, str) and v in values)
+
+
+ID = _kind(f"a non-empty string of at most {MAX_ID_CHARS} characters, or an integer", is_id)
+OPT_ID = _kind("an id or nil", lambda v: v is None or is_id(v))
+STR = _kind("a string", lambda v: isinstance(v, str))
+OPT_STR = _kind("a string or nil", lambda v: v is None or isinstance(v, str))
+BOOL = _kind("a bool", lambda v: isinstance(v, bool))
+INT_GE0 = _kind("an integer >= 0", lambda v: _is_int(v) and v >= 0)
+INT_GT0 = _kind("an integer > 0", lambda v: _is_int(v) and v > 0)
+OPT_INT_GT0 = _kind("an integer > 0, or nil", lambda v: v is None or (_is_int(v) and v > 0))
+NUMBER_GE0 = _kind("a finite number >= 0", lambda v: _is_number(v) and math.isfinite(v) and v >= 0)
+MAP = _kind("a map", lambda v: isinstance(v, dict))
+OPT_MAP = _kind("a map or nil", lambda v: v is None or isinstance(v, dict))
+ARRAY = _kind("an array", lambda v: isinstance(v, list))
+NUMBER = _kind("a number", _is_number)
+OPT_INT = _kind("an integer or nil", lambda v: v is None or _is_int(v))
+FORMAT = _one_of(FORMATS)
+ROLE = _one_of(ROLES)
+DONE_REASON = _one_of(DONE_REASONS)
+
+
+def _keys(d: dict, where: str, known: Sequence[str], required: Sequence[str] = ()) -> None:
+    for k in d:
+        if k not in known:
+            raise ProtocolError(f"{where}: unknown key {k!r} (known: {', '.join(known)})")
+    for k in required:
+        if k not in d:
+            raise ProtocolError(f"{where}: missing key {k!r}")
+
+
+def _sampling(v: Any, where: str) -> None:
+    """Key names and types only; the runtime checks ranges when it admits the request."""
+    _check(OPT_MAP, v, where)
+    if v is None:
+        return
+    _keys(v, where, SAMPLING_KEYS)
+    for k, x in v.items():
+        _check(OPT_INT if k == "seed" else NUMBER, x, f"{where}.{k}")
+
+
+TURN_KEYS = ("role", "content", "interrupted", "response_id")
+
+
+def _turns(v: Any, where: str) -> None:
+    _check(ARRAY, v, where)
+    for i, turn in enumerate(v):
+        at = f"{where}[{i}]"
+        _check(MAP, turn, at)
+        _keys(turn, at, TURN_KEYS, required=("role", "content"))
+        _check(ROLE, turn["role"], f"{at}.role")
+        _check(STR, turn["content"], f"{at}.content")
+        if "interrupted" in turn:
+            _check(BOOL, turn["interrupted"], f"{at}.interrupted")
+        if "response_id" in turn:
+            _check(ID, turn["response_id"], f"{at}.response_id")
+
+
+SAMPLING: Spec = {"check": _sampling}
+TURNS: Spec = {"check": _turns}
+
+
+# --- client -> server
+
+
+@dataclass(frozen=True)
+class Speak:
+    """Speak `text`: answered by `accepted` (then audio chunks and one `done`) or `rejected`."""
+
+    op: ClassVar[str] = "speak"
+    id: Id = field(metadata=ID)
+    text: str = field(metadata=STR)
+    more_text: bool = field(default=False, metadata=BOOL)
+    """More text follows in `text` messages for this id, the last with final: true."""
+    session: str | None = field(default=None, metadata=OPT_STR)
+    """Conversation whose history gets this utterance as an assistant turn; None: no history."""
+    voice: str | None = field(default=None, metadata=OPT_STR)
+    language: str | None = field(default=None, metadata=OPT_STR)
+    instruct: str | None = field(default=None, metadata=OPT_STR)
+    play: bool = field(default=True, metadata=BOOL)
+    """Play on the daemon's local speaker."""
+    stream: bool = field(default=False, metadata=BOOL)
+    """Send the PCM back to this client as `audio` messages."""
+    format: str = field(default="f32le", metadata=FORMAT)
+    """PCM sample format of streamed audio: "f32le" or "s16le" (mono, little-endian)."""
+    max_audio_ms: int | None = field(default=None, metadata=OPT_INT_GT0)
+    """Stop with reason "length" after this much audio, in milliseconds."""
+    sampling: dict[str, Any] | None = field(default=None, metadata=SAMPLING)
+    """Overrides of the artifact's sampling defaults (keys: edged.talker.sampling.KEYS)."""
+    report_codes: bool = field(default=False, metadata=BOOL)
+    """Include the generated codec frames (`rvq_codes`) in the done report."""
+
+
+@dataclass(frozen=True)
+class Text:
+    """More text for a speak sent with more_text: true; final: true ends its text."""
+
+    op: ClassVar[str] = "text"
+    id: Id = field(metadata=ID)
+    text: str = field(metadata=STR)
+    final: bool = field(default=False, metadata=BOOL)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    op: ClassVar[str] = "cancel"
+    id: Id = field(metadata=ID)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Playback progress of streamed audio that the client plays itself."""
+
+    op: ClassVar[str] = "ack"
+    id: Id = field(metadata=ID)
+    played_ms: float = field(metadata=NUMBER_GE0)
+    """Milliseconds of this utterance's audio actually heard so far."""
+    final: bool = field(default=False, metadata=BOOL)
+    """Playback of this utterance ended (completely or cut off at played_ms)."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """Append a turn to a session's history."""
+
+    op: ClassVar[str] = "turn"
+    session: str = field(metadata=STR)
+    role: str = field(metadata=ROLE)
+    content: str = field(metadata=STR)
+
+
+@dataclass(frozen=True)
+class History:
+    op: ClassVar[str] = "history"
+    session: str = field(metadata=STR)
+    wait: bool = field(default=False, metadata=BOOL)
+    """First wait (one bounded deadline) for the session's pending calibrations."""
+
+
+@dataclass(frozen=True)
+class Status:
+    op: ClassVar[str] = "status"
+
+
+# --- server -> client
+
+
+@dataclass(frozen=True)
+class Accepted:
+    op: ClassVar[str] = "accepted"
+    id: Id = field(metadata=ID)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    op: ClassVar[str] = "rejected"
+    id: Id = field(metadata=ID)
+    reason: str = field(metadata=STR)
+
+
+@dataclass(frozen=True)
+class Audio:
+    """One chunk of streamed PCM; the samples travel in the message's binary frame."""
+
+    op: ClassVar[str] = "audio"
+    id: Id = field(metadata=ID)
+    seq: int = field(metadata=INT_GE0)
+    """0, 1, 2, ... per request."""
+    sample_rate: int = field(metadata=INT_GT0)
+    format: str = field(metadata=FORMAT)
+    first_sample: int = field(metadata=INT_GE0)
+    """Index of this chunk's first sample in the utterance (chunks are contiguous)."""
+    samples: int = field(metadata=INT_GE0)
+    """Number of samples in this chunk (the binary frame is samples x bytes per sample)."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The one terminal message of an accepted request."""
+
+    op: ClassVar[str] = "done"
+    id: Id = field(metadata=ID)
+    reason: str = field(metadata=DONE_REASON)
+    error: str | None = field(default=None, metadata=OPT_STR)
+    """What went wrong, when reason is "error"."""
+    report: dict[str, Any] = field(default_factory=dict, metadata=MAP)
+
+
+@dataclass(frozen=True)
+class HistoryReply:
+    op: ClassVar[str] = "history"
+    session: str = field(metadata=STR)
+    turns: list[dict[str, Any]] = field(metadata=TURNS)
+    """[{role, content, interrupted?, response_id?}], oldest first."""
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    """The daemon's status: a free map, sent flat beside `op`."""
+
+    op: ClassVar[str] = "status"
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Error:
+    """A message the server could not understand; the server carries on."""
+
+    op: ClassVar[str] = "error"
+    reason: str = field(metadata=STR)
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
+Request = Speak | Text | Cancel | Ack | Turn | History | Status
+Reply = Accepted | Rejected | Audio | Done | HistoryReply | StatusReply | Error
+Message = Request | Reply
+
+REQUESTS: dict[str, type] = {c.op: c for c in (Speak, Text, Cancel, Ack, Turn, History, Status)}
+REPLIES: dict[str, type] = {c.op: c for c in (Accepted, Rejected, Audio, Done, HistoryReply, StatusReply, Error)}
+
+
+# --- framing
+
+
+def encode(msg: Message, pcm: Buffer | None = None) -> list[Buffer]:
+    """The frames of `msg`: its msgpack header, then `pcm` for `audio` (and only for audio).
+
+    `pcm` may be any contiguous buffer (bytes, a memoryview of a numpy array); it is not copied.
+    Fields that are None are left out. The header is checked as `decode` would, so a bad message
+    fails here, at the sender, with the same reason.
+    """
+    if isinstance(msg, StatusReply):
+        if "op" in msg.fields:
+            raise ProtocolError("status reply fields must not contain 'op'")
+        header = {"op": msg.op, **msg.fields}
+    else:
+        header = {"op": msg.op}
+        header.update({f.name: v for f in dataclasses.fields(msg) if (v := getattr(msg, f.name)) is not None})
+    pcm_bytes = None if pcm is None else memoryview(pcm).nbytes
+    table = REPLIES if isinstance(msg, tuple(REPLIES.values())) else REQUESTS
+    _validate(table, header, 1 if pcm is None else 2, pcm_bytes)
+    try:
+        frames: list[Buffer] = [msgpack.packb(header, use_bin_type=True)]
+    except (TypeError, ValueError, OverflowError) as e:  # e.g. a numpy scalar in a report
+        raise ProtocolError(f"{msg.op}: cannot encode: {e}", header.get("id")) from e
+    if pcm is not None:
+        frames.append(pcm)
+    return frames
+
+
+def decode(frames: Sequence[bytes], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Request:
+    """The client -> server message in `frames` (the ROUTER's identity frame already stripped).
+
+    Raises ProtocolError(reason, id) with the id echoed when the header had a readable one.
+    The size limit is checked before anything is unpacked.
+    """
+    if not frames:
+        raise ProtocolError("empty message: no frames")
+    size = sum(len(f) for f in frames)
+    if size > max_bytes:
+        raise ProtocolError(f"message too large: {size} bytes (max {max_bytes})")
+    header = _unpack(frames[0])
+    return _validate(REQUESTS, header, len(frames), None)
+
+
+def decode_reply(frames: Sequence[bytes]) -> tuple[Reply, bytes | None]:
+    """The server -> client message in `frames`, with its PCM (bytes for `audio`, else None)."""
+    if not frames:
+        raise ProtocolError("empty message: no frames")
+    header = _unpack(frames[0])
+    pcm = bytes(frames[1]) if len(frames) == 2 else None
+    return _validate(REPLIES, header, len(frames), None if pcm is None else len(pcm)), pcm
+
+
+def _unpack(frame: bytes) -> dict:
+    if len(frame) == 0:
+        raise ProtocolError("empty header frame (the first frame must be the msgpack header; "
+                            "there is no delimiter frame)")
+    try:
+        header = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except msgpack.ExtraData:
+        raise ProtocolError("header is not valid msgpack: extra bytes after the first object") from None
+    except msgpack.StackError:
+        raise ProtocolError("header is not valid msgpack: nested too deeply") from None
+    except Exception as e:  # noqa: BLE001 (the unpacker raises ValueError, UnicodeDecodeError, TypeError, ...)
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise ProtocolError(f"header is not valid msgpack: {detail}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"header must be a msgpack map, got {_describe(header)}")
+    return header
+
+
+def _validate(table: dict[str, type], header: dict, num_frames: int, pcm_bytes: int | None) -> Any:
+    """Check `header` against its op's field table and build the message."""
+    id = header.get("id") if is_id(header.get("id")) else None
+    try:
+        if "op" not in header:
+            raise ProtocolError("header has no 'op' field")
+        op = header["op"]
+        if not isinstance(op, str):
+            raise ProtocolError(f"'op' must be a string, got {_describe(op)}")
+        if op not in table:
+            raise ProtocolError(f"unknown op {op!r} (known: {', '.join(table)})")
+        cls = table[op]
+        if num_frames > 2:
+            raise ProtocolError(f"too many frames: {num_frames} (a message is one header frame, "
+                                "optionally followed by one binary frame)")
+        if cls is Audio and num_frames == 1:
+            raise ProtocolError("audio: missing the binary PCM frame")
+        if cls is not Audio and num_frames == 2:
+            raise ProtocolError(f"unexpected binary frame: {op} carries none")
+        if cls is StatusReply:
+            return StatusReply(fields={k: v for k, v in header.items() if k != "op"})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in header:
+            if name != "op" and name not in fields:
+                raise ProtocolError(f"{op}: unknown field {name!r} (fields: {', '.join(fields) or 'none'})")
+        values = {}
+        for name, f in fields.items():
+            if name not in header:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ProtocolError(f"{op}: missing field {name!r}")
+                continue
+            f.metadata["check"](header[name], f"{op}.{name}")
+            values[name] = header[name]
+        msg = cls(**values)
+        if isinstance(msg, Audio):
+            want = msg.samples * BYTES_PER_SAMPLE[msg.format]
+            if pcm_bytes != want:
+                raise ProtocolError(f"audio: binary frame has {pcm_bytes} bytes, expected {want} "
+                                    f"({msg.samples} samples of {msg.format})")
+        return msg
+    except ProtocolError as e:
+        raise ProtocolError(e.reason, id) from None

@@ -1,0 +1,1 @@
+"""Request slots, admission, the cohort loop, cancellation and finish reasons."""

@@ -1,0 +1,128 @@
+"""The ZeroMQ front: a ROUTER socket on its own thread, talking to the cohort loop through queues.
+
+Client messages are decoded here (one module decodes: `edged.protocol`) and handed to the loop's
+inbox as commands; anything that cannot be understood gets an `error` reply at once and the server
+carries on. The loop answers through a PUSH socket that only the loop thread uses; this thread
+forwards those replies to the ROUTER, so each socket is owned by exactly one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import zmq
+
+from edged import protocol as wire
+from edged.request import SpeechRequest
+from edged.scheduler.loop import Cancel, CohortLoop, StatusQuery, Submit
+from edged.talker.sampling import Sampling
+
+log = logging.getLogger("edged.server")
+
+REPLIES = "inproc://edged-replies"
+HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times over the limit
+
+
+class Server:
+    def __init__(self, endpoint: str, loop: CohortLoop, *, max_message_bytes: int, defaults: Sampling):
+        self.endpoint = endpoint
+        self.loop = loop
+        self.max_bytes = max_message_bytes
+        self.defaults = defaults
+        self.context = zmq.Context.instance()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind (errors surface here, at boot) and start the socket thread."""
+        if self.endpoint.startswith("ipc://"):
+            Path(self.endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes * HARD_LIMIT_FACTOR)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.router.bind(self.endpoint)
+        self.replies_in = self.context.socket(zmq.PULL)
+        self.replies_in.bind(REPLIES)
+        self._push = self.context.socket(zmq.PUSH)  # used by the loop thread only
+        self._push.connect(REPLIES)
+        self.loop.reply = self.reply
+        self._thread = threading.Thread(target=self._serve, name="edged-zmq", daemon=True)
+        self._thread.start()
+
+    def reply(self, client: bytes, message, pcm: memoryview | None) -> None:
+        """Called on the loop thread: queue one message for one client."""
+        self._push.send_multipart([client, *wire.encode(message, pcm)], copy=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for sock in (self._push, self.replies_in, self.router):
+            sock.close(linger=0)
+        if self.endpoint.startswith("ipc://"):
+            path = self.endpoint[len("ipc://"):]
+            if os.path.exists(path):
+                os.unlink(path)
+
+    # ----------------------------------------------------------------------------- socket thread
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.replies_in, zmq.POLLIN)
+        while not self._stop.is_set():
+            ready = dict(poller.poll(100))
+            if self.replies_in in ready:
+                while True:
+                    try:
+                        self.router.send_multipart(self.replies_in.recv_multipart(zmq.NOBLOCK), copy=False)
+                    except zmq.Again:
+                        break
+            if self.router in ready:
+                while True:
+                    try:
+                        frames = self.router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._receive(frames[0], frames[1:])
+        # flush replies the loop queued during shutdown
+        while True:
+            try:
+                self.router.send_multipart(self.replies_in.recv_multipart(zmq.NOBLOCK), copy=False)
+            except zmq.Again:
+                break
+
+    def _receive(self, client: bytes, frames: list[bytes]) -> None:
+        try:
+            message = wire.decode(frames, max_bytes=self.max_bytes)
+            command = self._command(client, message)
+        except wire.ProtocolError as exc:
+            log.warning("bad message: %s", exc.reason, extra={"request_id": str(exc.id) if exc.id is not None else ""})
+            self.router.send_multipart([client, *wire.encode(wire.Error(exc.reason, exc.id))])
+            return
+        self.loop.inbox.put(command)
+
+    def _command(self, client: bytes, message):
+        if isinstance(message, wire.Speak):
+            return Submit(client, self._request(message), stream=message.stream, format=message.format,
+                          play=message.play, report_codes=message.report_codes)
+        if isinstance(message, wire.Cancel):
+            return Cancel(client, message.id)
+        if isinstance(message, wire.Status):
+            return StatusQuery(client)
+        raise wire.ProtocolError(f"op {message.op!r} is not supported by this daemon yet", getattr(message, "id", None))
+
+    def _request(self, m: wire.Speak) -> SpeechRequest:
+        if m.more_text:
+            raise wire.ProtocolError("more_text (streamed text input) is not supported by this daemon yet", m.id)
+        # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
+        sampling = replace(self.defaults, **(m.sampling or {}))
+        frame_ms = self.loop.artifact.frame_ms
+        max_frames = max(1, int(m.max_audio_ms // frame_ms)) if m.max_audio_ms else None
+        return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
+                             sampling=sampling, max_frames=max_frames)

@@ -1,0 +1,130 @@
+"""sd_notify(3): tell systemd the daemon is ready, what it is doing, that it is alive, that it stops.
+
+Every message goes to the datagram socket named by $NOTIFY_SOCKET (a path, or "@name" for an
+abstract socket). Outside systemd there is no $NOTIFY_SOCKET and every method is a no-op, so the
+daemon calls them unconditionally. With the `systemd` extra installed, systemd-python's
+sd_notify sends; without it, a few lines of pure Python do the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+log = logging.getLogger("edged.systemd")
+
+Backend = Literal["auto", "systemd", "socket"]
+
+
+def _socket_notify(address: str, message: str) -> None:
+    """The pure-Python sender: one datagram to $NOTIFY_SOCKET, as sd_notify sends it."""
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # abstract namespace
+    elif not address.startswith("/"):
+        raise OSError(f"NOTIFY_SOCKET={address!r}: only path and @abstract sockets are supported")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+
+
+def _systemd_python_notify() -> Callable[[str, str], None] | None:
+    try:
+        from systemd import daemon
+    except ImportError:
+        return None
+
+    def send(_address: str, message: str) -> None:
+        daemon.notify(message)  # reads $NOTIFY_SOCKET itself; raises OSError on failure
+
+    return send
+
+
+class Notifier:
+    """Sends sd_notify messages; a no-op (every method returns False) when $NOTIFY_SOCKET is unset.
+
+    backend: "systemd" = systemd-python (the `systemd` extra), "socket" = the pure-Python sender,
+    "auto" = systemd-python when importable, else the socket sender.
+
+    Never raises: a failed send is logged (once, until a send succeeds again) and returns False.
+    A lost READY=1 shows up anyway as systemd's start timeout; a lost WATCHDOG=1 as a restart.
+    """
+
+    def __init__(self, backend: Backend = "auto") -> None:
+        self.address: str | None = os.environ.get("NOTIFY_SOCKET") or None
+        sender = None if backend == "socket" else _systemd_python_notify()
+        if backend == "systemd" and sender is None:
+            raise ImportError("Notifier(backend='systemd') needs systemd-python: pip install 'edged[systemd]'")
+        self.backend: str = "systemd" if sender is not None else "socket"
+        self._send = sender or _socket_notify
+        self._failing = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None
+
+    def send(self, *fields: str) -> bool:
+        """Sends fields ("KEY=value", one per line) as one message; True when it was delivered."""
+        if self.address is None:
+            return False
+        try:
+            self._send(self.address, "\n".join(fields))
+        except OSError as exc:
+            if not self._failing:
+                log.warning("sd_notify to %s failed (%s): %s", self.address, ", ".join(fields), exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("sd_notify to %s works again", self.address)
+        self._failing = False
+        return True
+
+    def ready(self) -> bool:
+        """READY=1: boot is over (every buffer claimed, socket bound); systemd starts dependents."""
+        return self.send("READY=1")
+
+    def status(self, line: str) -> bool:
+        """STATUS=line: one line shown by `systemctl status edged`."""
+        return self.send("STATUS=" + " ".join(line.splitlines()))
+
+    def watchdog(self) -> bool:
+        """WATCHDOG=1: alive. Normally sent by `Watchdog`, which knows whether the loop progresses."""
+        return self.send("WATCHDOG=1")
+
+    def stopping(self) -> bool:
+        """STOPPING=1: the drain has begun."""
+        return self.send("STOPPING=1")
+
+    def reloading(self) -> bool:
+        """RELOADING=1 with MONOTONIC_USEC (Type=notify-reload); send ready() when the reload is done."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send("RELOADING=1", f"MONOTONIC_USEC={usec}")
+
+    def extend_timeout(self, seconds: float) -> bool:
+        """EXTEND_TIMEOUT_USEC: boot (or the drain) needs `seconds` more than TimeoutStartSec/StopSec."""
+        return self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1e6)}")
+
+
+def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
+    """systemd's watchdog timeout (WatchdogSec=) in seconds, or None when none applies to this process.
+
+    As sd_watchdog_enabled(3): $WATCHDOG_USEC is a positive integer, and $WATCHDOG_PID, when set,
+    must be this process's pid (otherwise the watchdog belongs to another process: None).
+    Ping at half the interval. A malformed value raises ValueError naming the variable.
+    """
+    env = os.environ if environ is None else environ
+    usec = env.get("WATCHDOG_USEC")
+    if not usec:
+        return None
+    pid = env.get("WATCHDOG_PID")
+    if pid:
+        if not pid.isdigit() or int(pid) <= 0:
+            raise ValueError(f"WATCHDOG_PID={pid!r} is not a pid")
+        if int(pid) != os.getpid():
+            return None
+    if not usec.isdigit() or int(usec) <= 0:
+        raise ValueError(f"WATCHDOG_USEC={usec!r} is not a positive number of microseconds")
+    return int(usec) / 1e6

@@ -122,12 +122,12 @@ class NativeJournalSender:
 
 def _systemd_python_sender() -> Sender | None:
     try:
-        from systemd import journal
+        import systemd.journal  # systemd-python: the `systemd` extra
     except ImportError:
         return None
 
     def send(fields: Fields) -> None:
-        journal.sendv(*(f"{key}={value}" for key, value in fields))
+        systemd.journal.sendv(*(f"{key}={value}" for key, value in fields))
 
     return send
 
@@ -168,8 +168,8 @@ class JournalHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.sender(self.fields(record))
-        except Exception:
-            self.handleError(record)  # logging's own report on stderr: the journal itself failed
+        except Exception:  # noqa: BLE001 - logging's contract: report on stderr, never raise from emit
+            self.handleError(record)
 
     def close(self) -> None:
         if isinstance(self.sender, NativeJournalSender):
@@ -220,10 +220,10 @@ def setup_logging(level: str | int = "info", target: Target = "auto",
     Calling it again replaces the handler it installed before. Returns the handler.
     """
     if isinstance(level, str):
-        name = level.upper()
-        if not isinstance(logging.getLevelName(name), int):
-            raise ValueError(f"unknown log level {level!r}")
-        level = logging.getLevelName(name)
+        number = logging.getLevelName(level.upper())  # the number, or "Level LOUD" for an unknown name
+        if not isinstance(number, int):
+            raise ValueError(f"unknown log level {level!r}")  # noqa: TRY004 - a bad value, not a bad type
+        level = number
     if target == "auto":
         target = "journal" if journal_wanted() and os.path.exists(JOURNAL_SOCKET) else "stderr"
     handler: logging.Handler

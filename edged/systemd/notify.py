@@ -33,12 +33,12 @@ def _socket_notify(address: str, message: str) -> None:
 
 def _systemd_python_notify() -> Callable[[str, str], None] | None:
     try:
-        from systemd import daemon
+        import systemd.daemon  # systemd-python: the `systemd` extra
     except ImportError:
         return None
 
     def send(_address: str, message: str) -> None:
-        daemon.notify(message)  # reads $NOTIFY_SOCKET itself; raises OSError on failure
+        systemd.daemon.notify(message)  # reads $NOTIFY_SOCKET itself; raises OSError on failure
 
     return send
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from edged.systemd import JournalHandler, NativeJournalSender, journal_wanted, setup_logging
-from edged.systemd.logging import StderrFormatter, field_name
+from edged.systemd.logging import StderrFormatter, field_name, journal_sender
 
 REPO = Path(__file__).resolve().parents[2]
 JOURNALD = next((p for p in ("/usr/lib/systemd/systemd-journald", "/lib/systemd/systemd-journald")
@@ -95,7 +95,7 @@ def test_records_arrive_in_journald_with_structured_fields(backend):
     assert JOURNALD is not None and shutil.which("journalctl"), MISSING
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", NAMESPACE,
-                           JOURNALD, CHILD, backend], env=env, capture_output=True, text=True, timeout=60)
+                           JOURNALD, CHILD, backend], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     entries = {e.get("REQUEST_ID"): e for e in map(json.loads, done.stdout.splitlines())}
     assert set(entries) == {"r-17", "r-18", "r-19"}, done.stdout[:2000] + done.stderr
@@ -173,6 +173,16 @@ def test_native_sender_encodes_fields_and_passes_big_entries_as_a_sealed_memfd(f
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+def test_without_systemd_python_the_native_sender_is_used(monkeypatch):
+    for name in ("systemd", "systemd.journal"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import systemd.journal` raises ImportError
+    sender = journal_sender()
+    assert isinstance(sender, NativeJournalSender) and sender.path == "/run/systemd/journal/socket"
+    sender.close()
+    with pytest.raises(ImportError, match="edged\\[systemd\\]"):
+        journal_sender("systemd")
 
 
 def test_field_names_follow_journald_rules():

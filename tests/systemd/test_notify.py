@@ -7,6 +7,7 @@ Subprocess tests run with systemd-python (backend "systemd") and with the pure-P
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -47,7 +48,7 @@ class Receiver:
         while not self._stop.is_set():
             try:
                 data = self.sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             self.messages.append((time.monotonic(), data.decode()))
 
@@ -73,9 +74,10 @@ def receiver(request):
 
 def run_child(code: str, receiver: Receiver, *args: str, **env: str) -> None:
     environ = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
-    environ.update(NOTIFY_SOCKET=receiver.address, PYTHONPATH=os.pathsep.join([str(REPO), environ.get("PYTHONPATH", "")]),
-                   **env)
-    done = subprocess.run([sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True, timeout=60)
+    environ.update(NOTIFY_SOCKET=receiver.address, **env)
+    environ["PYTHONPATH"] = os.pathsep.join([str(REPO), environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True,
+                          timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     time.sleep(0.1)  # the receiver thread drains the socket
 
@@ -133,7 +135,7 @@ def test_watchdog_pings_stop_while_the_loop_stalls_and_resume_after(receiver, ba
 
     during_progress = [t for t in pings if progress <= t < stall]
     assert len(during_progress) >= 4, pings  # 6 expected
-    gaps = sorted(b - a for a, b in zip(during_progress, during_progress[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(during_progress))
     assert 0.05 < gaps[len(gaps) // 2] < 0.2, gaps  # median ~ ping_every_s
 
     # Pings may go out until progress is stall_after_s (0.15 s) old, plus one ping period and slack.
@@ -188,7 +190,8 @@ def test_outside_systemd_everything_is_a_no_op(monkeypatch):
 
 
 def test_without_systemd_python_auto_falls_back_to_the_socket_sender(monkeypatch, receiver):
-    monkeypatch.setitem(sys.modules, "systemd", None)  # `import systemd` raises ImportError
+    for name in ("systemd", "systemd.daemon"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import systemd.daemon` raises ImportError
     monkeypatch.setenv("NOTIFY_SOCKET", receiver.address)
     assert Notifier().backend == "socket"
     with pytest.raises(ImportError, match="edged\\[systemd\\]"):

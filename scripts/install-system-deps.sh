@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Debian/Ubuntu packages that edged's tests and daemon need beyond pip. Idempotent.
+#
+#   libsystemd-dev pkg-config gcc   build systemd-python (the `systemd` extra; PyPI has no wheels)
+#   python3-dev                     Python.h, only when the interpreter below has none
+#   systemd                         systemd-journald, journalctl, systemd-analyze, systemd-sysusers
+#   util-linux mount                unshare(1) and mount(8): the journald and unit tests
+#   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
+#
+# As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
+# is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.
+# PYTHON (default python3) is the interpreter the virtual environment is made from.
+set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2)
+if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    packages+=(python3-dev)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+    if [ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" != "install ok installed" ]; then
+        missing+=("$package")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-system-deps: all present (${packages[*]})"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-system-deps: missing Debian packages: ${missing[*]}" >&2
+    echo "install them as root:  sudo $0   (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# jackd2 asks whether to enable real-time priority for group audio; answer no, without asking.
+echo "jackd2 jackd/tweak_rt_limits boolean false" | debconf-set-selections
+apt-get update -q
+apt-get install -y -q --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+echo "install-system-deps: installed ${missing[*]}"

@@ -1,0 +1,100 @@
+"""The real daemon as a subprocess: `python -m edged serve`, ready when it sends READY=1.
+
+Each daemon gets its own NOTIFY_SOCKET, a datagram socket bound by the test, so tests see the
+same readiness, status, watchdog and stopping messages systemd would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+class Daemon:
+    def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None):
+        self.tmp = tmp
+        self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
+        self.notify_path = str(tmp / "notify.sock")
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(self.notify_path)
+        self.messages: list[str] = []
+        (tmp / "edged.toml").write_text(config)
+        env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1"}
+        env.pop("JOURNAL_STREAM", None)
+        env.pop("INVOCATION_ID", None)
+        if watchdog_usec:
+            env["WATCHDOG_USEC"] = str(watchdog_usec)
+        self.log = open(tmp / "daemon.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.wait_for("READY=1", timeout=60)
+
+    def receive(self, duration: float) -> list[str]:
+        """Every notify line that arrives during the next `duration` seconds."""
+        deadline = time.monotonic() + duration
+        got = []
+        while (left := deadline - time.monotonic()) > 0:
+            self.notify.settimeout(left)
+            try:
+                got += self.notify.recv(4096).decode().splitlines()
+            except (TimeoutError, socket.timeout):
+                break
+        self.messages += got
+        return got
+
+    def wait_for(self, line: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while line not in self.messages:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.read_log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {line} within {timeout} s; got {self.messages}\n{self.read_log()}")
+            self.receive(0.1)
+
+    def read_log(self) -> str:
+        self.log.flush()
+        return (self.tmp / "daemon.log").read_text()
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.notify.close()
+        self.log.close()
+
+
+@pytest.fixture
+def start_daemon(tmp_path):
+    started: list[Daemon] = []
+
+    def start(**kwargs) -> Daemon:
+        path = tmp_path / f"d{len(started)}"
+        path.mkdir()
+        started.append(Daemon(path, **kwargs))
+        return started[-1]
+
+    yield start
+    for d in started:
+        d.close()
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory):
+    """One daemon for the read-only protocol tests of a module (queue large enough for 32 at once)."""
+    tmp = tmp_path_factory.mktemp("daemon")
+    d = Daemon(tmp, config="[daemon]\nqueue_limit = 64\n")
+    yield d
+    d.close()

@@ -1,0 +1,171 @@
+"""The real daemon over the real protocol: lifecycle scenarios.
+
+1. a streamed request gets `accepted`, contiguous `audio` chunks, then exactly one `done`
+2. 32 concurrent requests from 4 clients (ipc:// and tcp://127.0.0.1) each get exactly one `done`
+3. a cancel mid-utterance ends it within one frame (counted in frames, not wall-clock)
+4. a request admitted while others are mid-utterance starts (and ends) before they end
+5. malformed and oversized messages get `error`, and the daemon keeps serving
+6. admission rejects for free: unknown voice or language, bad sampling, too long, duplicate id, busy
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from edged.client import Client, RequestRejected
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stream_then_exactly_one_done(shared_daemon):
+    with Client(shared_daemon.endpoint) as client:
+        utterance = client.speak("Streaming back to the client.", voice="vivian", play=False, stream=True,
+                                 max_audio_ms=1200, report_codes=True)
+        events = list(utterance)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[0] == "Accepted" and kinds[-1] == "Done" and kinds.count("Done") == 1
+    audio = [e for e in events if type(e).__name__ == "Audio"]
+    assert [a.seq for a in audio] == list(range(len(audio))) and len(audio) >= 2
+    done = events[-1]
+    assert done.reason == "length" and done.report["frames"] == 15
+    assert sum(a.samples for a in audio) == 15 * 1920 == utterance.pcm.shape[0]
+    assert done.report["audio_ms"] == 1200.0 and done.report["first_audio_ms"] > 0
+    assert len(done.report["rvq_codes"]) == 15 and {"stages", "rtf"} <= set(done.report)
+
+
+def test_s16le_chunks(shared_daemon):
+    with Client(shared_daemon.endpoint) as client:
+        f32 = client.speak("Same text twice.", play=False, stream=True, max_audio_ms=400, sampling={"seed": 1})
+        s16 = client.speak("Same text twice.", play=False, stream=True, max_audio_ms=400, sampling={"seed": 1},
+                           format="s16le")
+        f32.wait(), s16.wait()
+    assert s16.pcm.dtype == np.int16 and s16.pcm.shape == f32.pcm.shape
+    assert np.abs(s16.pcm / 32767.0 - f32.pcm).max() <= 1.0 / 32767 + 1e-6
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_32_concurrent_requests_from_4_clients(start_daemon, transport):
+    endpoint = f"tcp://127.0.0.1:{_free_port()}" if transport == "tcp" else None
+    daemon = start_daemon(config="[daemon]\nqueue_limit = 40\n", endpoint=endpoint)
+    results: dict[int, list] = {}
+
+    def client_thread(n: int) -> None:
+        with Client(daemon.endpoint, timeout_s=120) as client:
+            utterances = [client.speak(f"Client {n} request {i}.", play=False, stream=i % 2 == 0,
+                                       max_audio_ms=80 * (3 + i)) for i in range(8)]
+            results[n] = [list(u) for u in utterances]
+
+    threads = [threading.Thread(target=client_thread, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(results) == [0, 1, 2, 3]
+    for n, utterances in results.items():
+        for i, events in enumerate(utterances):
+            names = [type(e).__name__ for e in events]
+            assert names[0] == "Accepted" and names.count("Done") == 1 and names[-1] == "Done", (n, i, names)
+            assert events[-1].reason == "length" and events[-1].report["frames"] == 3 + i
+
+
+def test_cancel_lands_within_one_frame(shared_daemon):
+    with Client(shared_daemon.endpoint) as client:
+        utterance = client.speak("A long utterance that will be cancelled.", play=False, stream=True,
+                                 max_audio_ms=20000)
+        for event in utterance:
+            if type(event).__name__ == "Audio":
+                client.cancel(utterance.id)
+                break
+        done = utterance.wait()
+    assert done.reason == "cancelled"
+    assert done.report["frames"] - done.report["cancelled_at_frame"] <= 1
+    assert done.report["frames"] < 250
+
+
+def test_newcomer_starts_before_running_members_end(shared_daemon):
+    with Client(shared_daemon.endpoint) as client:
+        long = client.speak("A long utterance already running.", play=False, stream=True, max_audio_ms=16000)
+        first = next(e for e in long if type(e).__name__ == "Audio")
+        short = client.speak("A short one joins.", play=False, stream=True, max_audio_ms=400)
+        short_done = short.wait()
+        assert not long.finished, "the newcomer finished while the long one still runs"
+        long_done = long.wait()
+    assert first.seq == 0
+    assert short_done.reason == long_done.reason == "length"
+    assert long_done.report["frames"] == 200 and short_done.report["frames"] == 5
+
+
+def test_malformed_and_oversized_get_error_and_daemon_keeps_serving(shared_daemon):
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 10000)
+    sock.connect(shared_daemon.endpoint)
+    cases = {
+        b"\xc1garbage": "not valid msgpack",
+        msgpack.packb([1, 2]): "must be a msgpack map",
+        msgpack.packb({"id": "x"}): "no 'op' field",
+        msgpack.packb({"op": "dance", "id": "x"}): "unknown op 'dance'",
+        msgpack.packb({"op": "speak", "id": "x"}): "speak: missing field 'text'",
+        msgpack.packb({"op": "speak", "id": "x", "text": "hi", "play": "yes"}): "speak.play must be a bool",
+        msgpack.packb({"op": "speak", "id": "x", "text": "hi", "voise": "a"}): "unknown field 'voise'",
+        msgpack.packb({"op": "speak", "id": "x", "text": "a" * (2 << 20)}): "message too large",
+    }
+    try:
+        for raw, reason in cases.items():
+            sock.send(raw)
+            reply = msgpack.unpackb(sock.recv())
+            assert reply["op"] == "error" and reason in reply["reason"], (reason, reply)
+    finally:
+        sock.close()
+    with Client(shared_daemon.endpoint) as client:
+        assert client.speak("Still serving.", play=False, max_audio_ms=160).wait().reason == "length"
+        assert client.status()["state"] == "serving"
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    ({"voice": "nobody"}, "unknown voice 'nobody'"),
+    ({"language": "klingon"}, "unknown language 'klingon'"),
+    ({"sampling": {"temperature": -1.0}}, "sampling.temperature must be in"),
+    ({"sampling": {"top_p": 0.0}}, "sampling.top_p must be in"),
+])
+def test_admission_rejects_with_a_reason(shared_daemon, kwargs, reason):
+    with Client(shared_daemon.endpoint) as client:
+        with pytest.raises(RequestRejected, match=reason):
+            client.speak("Hello.", play=False, **kwargs).wait()
+
+
+def test_too_long_and_duplicate_id(shared_daemon):
+    with Client(shared_daemon.endpoint) as client:
+        with pytest.raises(RequestRejected, match="text too long"):
+            client.speak("word " * 700, play=False).wait()
+        first = client.speak("Long enough to be in flight.", id="same", play=False, max_audio_ms=8000)
+        first.next_event()  # accepted
+        ctx = zmq.Context.instance()
+    # a second client may reuse the id (ids are per client); the same client may not while in flight
+    with Client(shared_daemon.endpoint) as other:
+        assert other.speak("Other client, same id.", id="same", play=False, max_audio_ms=160).wait().reason == "length"
+    del ctx
+
+
+def test_busy_when_the_queue_is_full(start_daemon):
+    daemon = start_daemon(config="[daemon]\nqueue_limit = 1\n")
+    with Client(daemon.endpoint, timeout_s=120) as client:
+        utterances = [client.speak(f"Request {i}.", play=False, max_audio_ms=2000) for i in range(8)]
+        outcomes = []
+        for u in utterances:
+            try:
+                outcomes.append(u.wait().reason)
+            except RequestRejected as exc:
+                outcomes.append(exc.reason)
+    assert outcomes.count("length") == 5 and outcomes.count("busy") == 3  # 4 slots + 1 queued

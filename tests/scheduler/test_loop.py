@@ -1,0 +1,85 @@
+"""The cohort loop driven in-process: commands in, replies out, one iteration at a time."""
+
+from __future__ import annotations
+
+import time
+
+from edged import protocol as wire
+from edged.artifact import load_artifact
+from edged.request import SpeechRequest
+from edged.scheduler.loop import Cancel, CohortLoop, Drain, StatusQuery, Submit
+from edged.talker.sampling import Sampling
+
+
+def make_loop(builtin_artifact, backend, **kwargs):
+    replies = []
+    loop = CohortLoop(load_artifact(builtin_artifact), backend, lambda c, m, p: replies.append((c, m)), **kwargs)
+    loop.preallocate()
+    return loop, replies
+
+
+def run_until_idle(loop, limit=2000):
+    for _ in range(limit):
+        loop.iteration()
+        if not loop.scheduler.by_key and loop.inbox.empty():
+            return
+    raise AssertionError("loop did not go idle")
+
+
+def test_each_accepted_request_gets_exactly_one_done(builtin_artifact, backend):
+    loop, replies = make_loop(builtin_artifact, backend, queue_limit=8)
+    for i in range(6):
+        loop.inbox.put(Submit(b"c", SpeechRequest(f"r{i}", f"Request {i}.", max_frames=3 + i, sampling=Sampling(seed=i)),
+                              play=False))
+    loop.inbox.put(Submit(b"c", SpeechRequest("bad", "Hi.", voice="nobody"), play=False))
+    run_until_idle(loop)
+    done = [m for _, m in replies if isinstance(m, wire.Done)]
+    assert sorted(d.id for d in done) == [f"r{i}" for i in range(6)]
+    assert {d.id: d.report["frames"] for d in done} == {f"r{i}": 3 + i for i in range(6)}
+    assert [m.id for _, m in replies if isinstance(m, wire.Rejected)] == ["bad"]
+
+
+def test_draining_stops_admitting_and_the_deadline_cancels(builtin_artifact, backend):
+    loop, replies = make_loop(builtin_artifact, backend)
+    loop.inbox.put(Submit(b"c", SpeechRequest("long", "A long one.", max_frames=400), play=False))
+    loop.iteration()
+    loop.inbox.put(Drain(time.monotonic() + 0.05))
+    loop.inbox.put(Submit(b"c", SpeechRequest("late", "Too late."), play=False))
+    run_until_idle(loop)
+    rejected = [m for _, m in replies if isinstance(m, wire.Rejected)]
+    done = [m for _, m in replies if isinstance(m, wire.Done)]
+    assert [(r.id, r.reason) for r in rejected] == [("late", "shutting down")]
+    assert [(d.id, d.reason) for d in done] == [("long", "cancelled")]
+
+
+def test_cancel_and_status(builtin_artifact, backend):
+    loop, replies = make_loop(builtin_artifact, backend)
+    loop.inbox.put(Submit(b"c", SpeechRequest("x", "Cancel me.", max_frames=400), play=False))
+    for _ in range(5):
+        loop.iteration()
+    loop.inbox.put(Cancel(b"c", "x"))
+    loop.inbox.put(Cancel(b"other-client", "x"))  # ids are per client: this one is unknown, ignored
+    loop.inbox.put(StatusQuery(b"c"))
+    run_until_idle(loop)
+    done = [m for _, m in replies if isinstance(m, wire.Done)][0]
+    assert done.reason == "cancelled" and done.report["frames"] == done.report["cancelled_at_frame"] == 5
+    status = [m for _, m in replies if isinstance(m, wire.StatusReply)][0].fields
+    assert status["cohort"]["running"] == 1 and status["counters"]["accepted"] == 1
+
+
+def test_a_failing_prepare_fails_that_request_only(builtin_artifact, backend, monkeypatch):
+    loop, replies = make_loop(builtin_artifact, backend)
+    real = loop.talker.prepare
+
+    def prepare(request, slot):
+        if request.id == "boom":
+            raise RuntimeError("injected failure")
+        return real(request, slot)
+
+    monkeypatch.setattr(loop.talker, "prepare", prepare)
+    loop.inbox.put(Submit(b"c", SpeechRequest("ok", "Fine.", max_frames=4), play=False))
+    loop.inbox.put(Submit(b"c", SpeechRequest("boom", "Breaks.", max_frames=4), play=False))
+    run_until_idle(loop)
+    done = {m.id: m for _, m in replies if isinstance(m, wire.Done)}
+    assert done["ok"].reason == "length" and done["ok"].report["frames"] == 4
+    assert done["boom"].reason == "error" and "injected failure" in done["boom"].error

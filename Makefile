@@ -17,7 +17,7 @@ install: $(BIN)/python
 # The runtime + the engine toolchain + the public reference (qwen-tts, without its demo deps).
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[export,test]'
+	$(BIN)/pip install -q -e '.[export,test,systemd]'
 	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
 
 run: install

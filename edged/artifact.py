@@ -91,11 +91,7 @@ class Artifact:
             raise ArtifactError(f"{path.name}: cannot be read ({exc})") from exc
         d = self.dims
         expected = {
-            "text_embedding": (d.text_vocab, d.text_hidden),
-            "text_projection.fc1.weight": (d.text_hidden, d.text_hidden),
-            "text_projection.fc1.bias": (d.text_hidden,),
-            "text_projection.fc2.weight": (d.hidden, d.text_hidden),
-            "text_projection.fc2.bias": (d.hidden,),
+            "text_projected": (d.text_vocab, d.hidden),
             "codec_embedding": (d.vocab, d.hidden),
             "tts_bos": (d.hidden,), "tts_eos": (d.hidden,), "tts_pad": (d.hidden,),
         }

@@ -162,15 +162,30 @@ def _export_predictor(predictor: CodePredictorFrame, path: Path) -> dict:
 
 
 def _host_tables(cfg: Qwen3TTSConfig, tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Text embedding + projection weights, codec embedding, and the projected tts_* rows."""
-    ids = torch.tensor([cfg.special["tts_bos"], cfg.special["tts_eos"], cfg.special["tts_pad"]])
-    rows = tables["text_embedding"][ids]
+    """The projected text table P(x) = text_projection(text_embedding(x)) for every text token, the
+    codec embedding, and the projected tts_bos/eos/pad rows.
+
+    The projection acts on each token alone, so precomputing it (in torch, as the reference computes
+    it) turns a per-request MLP into a row lookup, and the table is smaller than the embedding it
+    replaces (hidden <= text_hidden)."""
+    emb = tables["text_embedding"]
+    projected = torch.empty(emb.shape[0], cfg.talker.hidden)
+    for start in range(0, emb.shape[0], 8192):
+        projected[start:start + 8192] = _project(tables, emb[start:start + 8192])
+    sp = cfg.special
+    return {
+        "text_projected": projected,
+        "codec_embedding": tables["codec_embedding"].contiguous(),
+        "tts_bos": projected[sp["tts_bos"]].clone(),
+        "tts_eos": projected[sp["tts_eos"]].clone(),
+        "tts_pad": projected[sp["tts_pad"]].clone(),
+    }
+
+
+def _project(tables: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     fc1 = torch.nn.functional.linear(rows, tables["text_projection.fc1.weight"], tables["text_projection.fc1.bias"])
-    projected = torch.nn.functional.linear(
+    return torch.nn.functional.linear(
         torch.nn.functional.silu(fc1), tables["text_projection.fc2.weight"], tables["text_projection.fc2.bias"])
-    out = {k: v.contiguous() for k, v in tables.items()}
-    out.update(tts_bos=projected[0].contiguous(), tts_eos=projected[1].contiguous(), tts_pad=projected[2].contiguous())
-    return out
 
 
 def _export_tokenizer(checkpoint: Path, path: Path) -> None:

@@ -82,7 +82,7 @@ def test_special_id_out_of_range(copy):
 
 def test_mismatched_hidden_names_the_tensor(copy, backend):
     _edit(copy, lambda m: m["dims"].update(hidden=m["dims"]["hidden"] * 2))
-    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: tensor 'text_projection\.fc2\.weight' has shape"):
+    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: tensor 'text_projected' has shape"):
         _boot(copy, backend)
 
 

@@ -23,8 +23,12 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import faulthandler
+
     from edged.daemon import Daemon
     from edged.systemd import setup_logging
+
+    faulthandler.enable()  # the watchdog's SIGABRT then prints every thread's stack to the journal
 
     try:
         config = load_config(args.config).with_overrides(artifact=args.artifact, listen=args.listen)

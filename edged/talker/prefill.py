@@ -59,22 +59,18 @@ class Prompt:
 
 
 class TextEncoder:
-    """The tokenizer and the talker's text embedding + projection, run on the host."""
+    """The tokenizer and the projected text table (text_projection(text_embedding(x)), precomputed at export)."""
 
     def __init__(self, artifact: Artifact, tables: dict[str, np.ndarray]):
         self.tokenizer = Tokenizer.from_file(str(artifact.files["tokenizer"]))
-        self.embedding = tables["text_embedding"]
-        self.fc1_w, self.fc1_b = tables["text_projection.fc1.weight"], tables["text_projection.fc1.bias"]
-        self.fc2_w, self.fc2_b = tables["text_projection.fc2.weight"], tables["text_projection.fc2.bias"]
+        self.table = tables["text_projected"]  # [text_vocab, H]
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def project(self, ids: list[int], out: np.ndarray) -> None:
-        """out [len(ids), H] = fc2(silu(fc1(embedding[ids])))."""
-        h = self.embedding[ids] @ self.fc1_w.T + self.fc1_b
-        h = h / (1.0 + np.exp(-h))
-        np.add(h @ self.fc2_w.T, self.fc2_b, out=out)
+        """out [len(ids), H] = P(ids)."""
+        np.take(self.table, ids, axis=0, out=out)
 
 
 class PrefillBuilder:

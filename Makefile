@@ -20,10 +20,9 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[export,test,systemd]'
 	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
 
+# Starts the daemon on the built-in tiny artifact, speaks TEXT through it, stops it.
 run: install
-	mkdir -p out
-	$(BIN)/edged synth --text "$(TEXT)" --speaker vivian --language english --seed 0 --out out/hello.wav --codes out/hello.json
-	@echo "wrote out/hello.wav"
+	BIN=$(BIN) TEXT="$(TEXT)" bash scripts/run-demo.sh
 
 test: install-dev
 	$(BIN)/python -m pytest -q

@@ -115,7 +115,7 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
 def _unloadable(art: Path) -> str | None:
     """Why edged cannot load `art` (an artifact cached before a contract change), or None."""
     try:
-        load_artifact(art)
+        load_artifact(art).tables()
     except ArtifactError as exc:
         return str(exc)
     return None

@@ -225,3 +225,35 @@ def test_outside_systemd_records_go_to_stderr_readably(monkeypatch, capsys):
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+
+
+# The real daemon inside the namespace: boot, one request, SIGTERM; its records land in journald.
+DAEMON_CHILD = """
+import os, signal, subprocess, sys, tempfile, time
+from edged.client import Client
+endpoint = "ipc://" + os.path.join(tempfile.mkdtemp(), "edged.sock")
+daemon = subprocess.Popen([sys.executable, "-m", "edged", "serve", "--listen", endpoint])
+with Client(endpoint, timeout_s=60) as client:
+    done = client.speak("Logged to the journal.", id="j-1", play=False, max_audio_ms=240).wait()
+    assert done.reason == "length", done
+daemon.send_signal(signal.SIGTERM)
+assert daemon.wait(timeout=30) == 0
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1) for a private mount namespace")
+def test_the_daemon_logs_structured_records_to_journald():
+    assert JOURNALD is not None and shutil.which("journalctl"), MISSING
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", NAMESPACE,
+                           JOURNALD, DAEMON_CHILD, "auto"], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    entries = [json.loads(line) for line in done.stdout.splitlines()]
+    messages = [e["MESSAGE"] for e in entries]
+    assert any(m.startswith("claimed kv_cache") for m in messages), messages
+    assert any(m.startswith("serving qwen3_tts on ipc://") for m in messages), messages
+    finished = [e for e in entries if e.get("REQUEST_ID") == "j-1"]
+    assert finished and finished[0]["REASON"] == "length" and finished[0]["LOGGER"] == "edged.loop"
+    assert "stopped" in messages

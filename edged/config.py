@@ -143,7 +143,7 @@ def _build(cls, raw: dict[str, Any], source: str, prefix: str):
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ConfigError(f"{source}: unknown key {prefix}{unknown[0]!r} (known: {', '.join(sorted(known))})")
+        raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' (known: {', '.join(sorted(known))})")
     values = {}
     for name, value in raw.items():
         f = known[name]

@@ -1,0 +1,79 @@
+"""The TOML config: defaults, every key validated, unknown keys named, systemd directories."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from edged.config import Config, ConfigError, default_endpoint, load_config, runtime_dir, state_dir
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "edged.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_a_full_file(tmp_path):
+    assert load_config(None) == Config()
+    cfg = load_config(write(tmp_path, """
+[daemon]
+listen = "tcp://127.0.0.1:5555"
+threads = 2
+queue_limit = 3
+drain_timeout_s = 1
+[vocoder]
+chunk_frames = 2
+[audio]
+on_missing_device = "reject"
+[sampling]
+temperature = 0.7
+top_k = 20
+"""))
+    assert cfg.endpoint == "tcp://127.0.0.1:5555" and cfg.daemon.threads == 2 and cfg.daemon.queue_limit == 3
+    assert cfg.daemon.drain_timeout_s == 1.0 and cfg.vocoder.chunk_frames == 2
+    assert cfg.audio.on_missing_device == "reject" and cfg.sampling.temperature == 0.7 and cfg.sampling.top_k == 20
+    assert cfg.with_overrides(listen="ipc:///x").endpoint == "ipc:///x"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[daemon]\nqueue_limt = 3\n", "unknown key 'daemon.queue_limt'"),
+    ("[deamon]\n", "unknown key 'deamon'"),
+    ("[daemon]\nthreads = \"two\"\n", "daemon.threads must be int"),
+    ("[daemon]\nthreads = true\n", "daemon.threads must be int"),
+    ("[daemon]\nbackend = \"cuda\"\n", "daemon.backend must be onnxruntime or tensorrt"),
+    ("[vocoder]\nchunk_frames = 0\n", "vocoder.chunk_frames and vocoder.first_chunk_frames must be >= 1"),
+    ("[audio]\non_missing_device = \"maybe\"\n", "audio.on_missing_device must be silent or reject"),
+    ("daemon = 3\n", "[daemon] must be a table"),
+    ("[daemon\n", "not valid TOML"),
+])
+def test_bad_config_is_named(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_config(write(tmp_path, text))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_systemd_directories(monkeypatch, tmp_path):
+    monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/edged")
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/edged")
+    assert str(runtime_dir()) == "/run/edged" and default_endpoint() == "ipc:///run/edged/edged.sock"
+    assert str(state_dir()) == "/var/lib/edged"
+    (tmp_path / "edged.toml").write_text("[daemon]\nqueue_limit = 5\n")
+    monkeypatch.setenv("CONFIGURATION_DIRECTORY", str(tmp_path))
+    assert load_config(None).daemon.queue_limit == 5
+    monkeypatch.delenv("RUNTIME_DIRECTORY")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    assert default_endpoint() == "ipc:///run/user/1000/edged/edged.sock"
+
+
+def test_serve_refuses_a_bad_config_with_exit_2(tmp_path):
+    path = write(tmp_path, "[daemon]\nlisten_on = \"tcp://127.0.0.1:1\"\n")
+    done = subprocess.run([sys.executable, "-m", "edged", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown key 'daemon.listen_on'" in done.stderr

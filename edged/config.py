@@ -112,7 +112,7 @@ class Config:
     audio: AudioConfig = field(default_factory=AudioConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
-    def with_overrides(self, *, artifact: str | None = None, listen: str | None = None) -> "Config":
+    def with_overrides(self, *, artifact: str | None = None, listen: str | None = None) -> Config:
         daemon = self.daemon
         if artifact is not None:
             daemon = replace(daemon, artifact=artifact)
@@ -154,14 +154,14 @@ def _build(cls, raw: dict[str, Any], source: str, prefix: str):
                 raise ConfigError(f"{source}: [{key}] must be a table")
             values[name] = _build(type(default), value, source, f"{key}.")
         else:
-            values[name] = _check(value, f.type, default, source, key)
+            values[name] = _check(value, str(f.type), source, key)
     config = cls(**values)
     _validate(config, source)
     return config
 
 
-def _check(value, annotation: str, default, source: str, key: str):
-    kinds = {"str": str, "int": int, "float": (int, float), "bool": bool}
+def _check(value, annotation: str, source: str, key: str):
+    kinds: dict[str, Any] = {"str": str, "int": int, "float": (int, float), "bool": bool}
     base = annotation.replace(" | None", "")
     want = kinds.get(base)
     if want is None or isinstance(value, bool) and base != "bool" or not isinstance(value, want):

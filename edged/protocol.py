@@ -372,7 +372,7 @@ def _unpack(frame: bytes) -> dict:
         raise ProtocolError("header is not valid msgpack: extra bytes after the first object") from None
     except msgpack.StackError:
         raise ProtocolError("header is not valid msgpack: nested too deeply") from None
-    except Exception as e:  # noqa: BLE001 (the unpacker raises ValueError, UnicodeDecodeError, TypeError, ...)
+    except Exception as e:
         detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         raise ProtocolError(f"header is not valid msgpack: {detail}") from None
     if not isinstance(header, dict):

@@ -9,7 +9,8 @@ from edged.talker.sampling import Sampling
 
 @dataclass(frozen=True)
 class SpeechRequest:
-    id: str
+    id: str | int
+    """Chosen by the client (protocol ids are strings or integers)."""
     text: str
     voice: str | None = None
     """Speaker name from the artifact's speakers (case-insensitive); None = no speaker row."""

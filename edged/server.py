@@ -33,7 +33,7 @@ class Server:
         self.loop = loop
         self.max_bytes = max_message_bytes
         self.defaults = defaults
-        self.context = zmq.Context.instance()
+        self.context: zmq.Context = zmq.Context.instance()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -27,7 +27,7 @@ class RequestError(ValueError):
 
 @dataclass
 class SynthResult:
-    id: str
+    id: str | int
     frames: np.ndarray  # [N, G] int64, the eos frame excluded
     pcm: np.ndarray  # [N * samples_per_frame] float32
     reason: str  # eos | length
@@ -57,8 +57,8 @@ class Synthesizer:
         queue = deque(requests)
         free = list(range(self.artifact.max_batch - 1, -1, -1))
         active: list[Member] = []
-        results: dict[str, SynthResult] = {}
-        started: dict[str, float] = {}
+        results: dict[str | int, SynthResult] = {}
+        started: dict[str | int, float] = {}
         while queue or active:
             while queue and free:
                 r = queue.popleft()

@@ -16,7 +16,12 @@ import torch
 from safetensors.torch import save_file
 
 from engines.qwen3_tts import (
-    CodePredictorFrame, Qwen3TTSConfig, Talker, TalkerDecode, TalkerPrefill, load_qwen3_tts,
+    CodePredictorFrame,
+    Qwen3TTSConfig,
+    Talker,
+    TalkerDecode,
+    TalkerPrefill,
+    load_qwen3_tts,
 )
 
 OPSET = 18

@@ -63,7 +63,7 @@ class Qwen3TTSConfig:
     sampling: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: Path) -> "Qwen3TTSConfig":
+    def from_checkpoint(cls, checkpoint: Path) -> Qwen3TTSConfig:
         cfg = _read_json(checkpoint / "config.json")
         t = _key(cfg, "talker_config", "config.json")
         cp = _key(t, "code_predictor_config", "config.json: talker_config")

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import onnx

@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_synth  # noqa: E402
+import bench_synth
 
-from edged.artifact import load_artifact  # noqa: E402
-from edged.backends import make_backend  # noqa: E402
-from edged.client import Client  # noqa: E402
-from edged.synth import Synthesizer  # noqa: E402
+from edged.artifact import load_artifact
+from edged.backends import make_backend
+from edged.client import Client
+from edged.synth import Synthesizer
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "repetition_penalty": 1.0, "cp_temperature": 0.0, "cp_top_k": 0}
 
@@ -50,7 +50,7 @@ def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subproc
             return proc, endpoint
         except TimeoutError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp / "daemon.log").read_text())
+                raise RuntimeError((tmp / "daemon.log").read_text()) from None
 
 
 def run_daemon(endpoint: str, batch: int, frames: int) -> bench_synth.Run:

@@ -30,28 +30,28 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # an idle OpenMP thread sta
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shlex  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import gc
+import json
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edged.artifact import Artifact, ArtifactError, load_artifact  # noqa: E402
-from edged.backends import make_backend  # noqa: E402
-from edged.request import SpeechRequest  # noqa: E402
-from edged.synth import Synthesizer  # noqa: E402
-from edged.talker.sampling import Sampling  # noqa: E402
-from edged.vocoder.stage import VocoderStage  # noqa: E402
+from edged.artifact import Artifact, ArtifactError, load_artifact
+from edged.backends import make_backend
+from edged.request import SpeechRequest
+from edged.synth import Synthesizer
+from edged.talker.sampling import Sampling
+from edged.vocoder.stage import VocoderStage
 
 TEXTS = [
     "Hello world, this is edged speaking.",

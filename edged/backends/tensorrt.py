@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ except ImportError as exc:  # the message says what to install
 
 
 class TrtPlan(Plan):
-    def __init__(self, engine: "TrtEngine", inputs: list[tuple[str, tuple[int, ...]]], addresses: list[tuple[str, int]]):
+    def __init__(self, engine: TrtEngine, inputs: list[tuple[str, tuple[int, ...]]], addresses: list[tuple[str, int]]):
         self._engine = engine
         self._inputs = inputs
         self._addresses = addresses
@@ -49,7 +50,8 @@ class TrtEngine(Engine):
         self.engine = engine
         self.context = engine.create_execution_context()
         self.stream = stream
-        inputs, outputs = [], []
+        inputs: list[TensorSpec] = []
+        outputs: list[TensorSpec] = []
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             shape = tuple(None if d < 0 else int(d) for d in engine.get_tensor_shape(name))
@@ -91,7 +93,7 @@ def device_address(buf: np.ndarray) -> int:
     root = buf
     while isinstance(root.base, np.ndarray):
         root = root.base
-    allocation = root.base
+    allocation: Any = root.base
     if not hasattr(allocation, "get_device_pointer"):
         raise EngineError("buffer was not allocated by the tensorrt backend (Backend.empty)")
     return int(allocation.get_device_pointer()) + (buf.ctypes.data - root.ctypes.data)

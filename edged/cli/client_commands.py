@@ -85,11 +85,12 @@ def status(args: argparse.Namespace) -> int:
 def format_status(s: dict) -> str:
     cohort, queue, counters = s["cohort"], s["queue"], s["counters"]
     done = ", ".join(f"{k} {v}" for k, v in counters["done"].items())
+    members = f": {', '.join(cohort['members'])}" if cohort["members"] else ""
     rows = [
         ("state", s["state"]),
         ("uptime", f"{s['uptime_s']:.1f} s"),
         ("artifact", f"{s['artifact']} ({s['family']})"),
-        ("cohort", f"{cohort['running']}/{cohort['max_batch']} members" + (f": {', '.join(cohort['members'])}" if cohort["members"] else "")),
+        ("cohort", f"{cohort['running']}/{cohort['max_batch']} members{members}"),
         ("queue", f"{queue['waiting']} waiting (limit {queue['limit']})"),
         ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),
         ("done", done),

@@ -14,14 +14,13 @@ step, and the loop goes on. Every accepted request gets exactly one `done`.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -231,9 +230,11 @@ class CohortLoop:
         for entry in self.scheduler.join():
             job: Job = entry.payload
             job.started_at = time.monotonic()
+            slot = entry.slot
+            assert slot is not None
             try:
-                job.member = self.talker.prepare(job.submit.request, entry.slot)
-                self.vocoder.prepare(entry.slot)
+                job.member = self.talker.prepare(job.submit.request, slot)
+                self.vocoder.prepare(slot)
             except Exception as exc:  # a bad request fails alone; the cohort goes on
                 log.error("prepare failed\n%s", traceback.format_exc(), extra={"request_id": str(job.submit.request.id)})
                 job.error = f"prepare failed: {exc}"
@@ -262,7 +263,7 @@ class CohortLoop:
             self.talker.finish(job.member, reason)
             if reason in ("eos", "length"):
                 try:
-                    self.vocoder.finish(entry.slot)  # decode the tail: the utterance completes
+                    self.vocoder.finish(job.member.slot)  # decode the tail: the utterance completes
                 except Exception as exc:
                     log.error("vocoder tail failed\n%s", traceback.format_exc())
                     job.error, reason = f"vocoder failed: {exc}", "error"
@@ -286,9 +287,9 @@ class CohortLoop:
             np.multiply(samples, 32767.0, out=self.scaled[:n])
             np.rint(self.scaled[:n], out=self.scaled[:n])
             self.s16[:n] = self.scaled[:n]
-            pcm = memoryview(self.s16[:n]).cast("B")
+            pcm = self.s16[:n].data.cast("B")
         else:
-            pcm = memoryview(samples).cast("B")
+            pcm = samples.data.cast("B")
         header = Audio(job.submit.request.id, job.seq, self.artifact.sample_rate, job.submit.format,
                        first_sample, int(samples.shape[0]))
         self.reply(job.submit.client, header, pcm)

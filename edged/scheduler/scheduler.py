@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 
 class Status(enum.IntEnum):

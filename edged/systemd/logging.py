@@ -168,7 +168,7 @@ class JournalHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.sender(self.fields(record))
-        except Exception:  # noqa: BLE001 - logging's contract: report on stderr, never raise from emit
+        except Exception:
             self.handleError(record)
 
     def close(self) -> None:
@@ -222,7 +222,7 @@ def setup_logging(level: str | int = "info", target: Target = "auto",
     if isinstance(level, str):
         number = logging.getLevelName(level.upper())  # the number, or "Level LOUD" for an unknown name
         if not isinstance(number, int):
-            raise ValueError(f"unknown log level {level!r}")  # noqa: TRY004 - a bad value, not a bad type
+            raise ValueError(f"unknown log level {level!r}")
         level = number
     if target == "auto":
         target = "journal" if journal_wanted() and os.path.exists(JOURNAL_SOCKET) else "stderr"

@@ -35,17 +35,19 @@ class Sampling:
     """Seed of the request's noise generator; None = fresh entropy."""
 
     @classmethod
-    def defaults(cls, artifact_sampling: dict[str, float]) -> "Sampling":
-        return cls(**{k: (int(v) if k.endswith("top_k") else float(v)) for k, v in artifact_sampling.items()
-                      if k in KEYS})
+    def defaults(cls, artifact_sampling: dict[str, float]) -> Sampling:
+        s = artifact_sampling
+        return cls(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]),
+                   repetition_penalty=float(s["repetition_penalty"]), cp_temperature=float(s["cp_temperature"]),
+                   cp_top_k=int(s["cp_top_k"]), cp_top_p=float(s["cp_top_p"]))
 
     @classmethod
-    def greedy(cls) -> "Sampling":
+    def greedy(cls) -> Sampling:
         """Argmax for code 0 and every code-predictor group, no repetition penalty."""
         return cls(temperature=0.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
                    cp_temperature=0.0, cp_top_k=0, cp_top_p=1.0)
 
-    def with_overrides(self, overrides: dict[str, Any] | None) -> "Sampling":
+    def with_overrides(self, overrides: dict[str, Any] | None) -> Sampling:
         """These settings with a request's overrides applied, validated; unknown keys are errors."""
         if not overrides:
             return self.validated()
@@ -54,7 +56,7 @@ class Sampling:
             raise SamplingError(f"unknown sampling key(s): {', '.join(unknown)}")
         return replace(self, **overrides).validated()
 
-    def validated(self) -> "Sampling":
+    def validated(self) -> Sampling:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name == "seed":

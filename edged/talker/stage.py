@@ -100,8 +100,9 @@ class TalkerStage:
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
                                     self.cp_noise, self.codes, self.codec_sum))
-        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": self.prefill_rows.nbytes + self.track.nbytes,
-                        "step_io": io, "codec_port": self.port.nbytes}
+        text = self.prefill_rows.nbytes + self.track.nbytes
+        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io,
+                        "codec_port": self.port.nbytes}
         return self.claimed
 
     def _sampling_bindings(self, rows: slice) -> dict[str, np.ndarray]:

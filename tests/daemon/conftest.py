@@ -45,7 +45,7 @@ class Daemon:
             self.notify.settimeout(left)
             try:
                 got += self.notify.recv(4096).decode().splitlines()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 break
         self.messages += got
         return got

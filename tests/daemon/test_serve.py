@@ -140,9 +140,8 @@ def test_malformed_and_oversized_get_error_and_daemon_keeps_serving(shared_daemo
     ({"sampling": {"top_p": 0.0}}, "sampling.top_p must be in"),
 ])
 def test_admission_rejects_with_a_reason(shared_daemon, kwargs, reason):
-    with Client(shared_daemon.endpoint) as client:
-        with pytest.raises(RequestRejected, match=reason):
-            client.speak("Hello.", play=False, **kwargs).wait()
+    with Client(shared_daemon.endpoint) as client, pytest.raises(RequestRejected, match=reason):
+        client.speak("Hello.", play=False, **kwargs).wait()
 
 
 def test_too_long_and_duplicate_id(shared_daemon):

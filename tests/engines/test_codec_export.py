@@ -22,13 +22,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+import numpy as np
+import onnx
+import onnxruntime as ort
+from safetensors.torch import load_file, save_file
 
-from engines.qwen3_tts_codec import Codec, CodecConfig, export_vocoder, load_codec, state_specs  # noqa: E402
-from engines.reference import import_qwen_tts  # noqa: E402
+from engines.qwen3_tts_codec import Codec, CodecConfig, export_vocoder, load_codec, state_specs
+from engines.reference import import_qwen_tts
 
 SAMPLES_PER_FRAME = 1920
 CODEBOOK_SIZE = 64

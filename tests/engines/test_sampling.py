@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers.generation.logits_process import (
-    RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
 )
 
 from engines.qwen3_tts import process_code0, sample

@@ -13,13 +13,20 @@ pytest.importorskip("torch")
 if importlib.util.find_spec("qwen_tts") is None:
     pytest.skip("qwen-tts is not installed", allow_module_level=True)
 
-from safetensors.numpy import load_file  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
 
-from engines.reference import reference_synthesize, reference_token_ids  # noqa: E402
-from engines.tiny import (  # noqa: E402
-    CODEC_IDS, GENERATION_CONFIG, LANGUAGES, REAL_0_6B, SAMPLES_PER_FRAME, SPEAKERS, VARIANTS,
-    _talker_config, build_tiny,
+from engines.reference import reference_synthesize, reference_token_ids
+from engines.tiny import (
+    CODEC_IDS,
+    GENERATION_CONFIG,
+    LANGUAGES,
+    REAL_0_6B,
+    SAMPLES_PER_FRAME,
+    SPEAKERS,
+    VARIANTS,
+    _talker_config,
+    build_tiny,
 )
 
 

@@ -147,14 +147,8 @@ class CohortLoop:
 
     # ----------------------------------------------------------------------------- run
 
-    def run(self, stopped: Callable[[], bool]) -> None:
-        """Serve until `stopped()` or until a drain has emptied the cohort."""
-        while not stopped():
-            self.iteration()
-            if self.draining and not self.scheduler.by_key:
-                return
-
     def iteration(self) -> None:
+        """One pass: commands, joins, one frame for every member, finishes. The daemon calls it in a loop."""
         idle = not self.scheduler.running and not self.scheduler.waiting
         self._commands(block=idle)
         self._drain_deadline()

@@ -38,7 +38,7 @@ class JackServer:
     period: int
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jack_server():
     """A jackd dummy server (RATE, PERIOD) named for this session."""
     if shutil.which("jackd") is None:
@@ -79,7 +79,7 @@ def jack_server():
     os.environ.pop("JACK_DEFAULT_SERVER", None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sd(jack_server):
     """sounddevice, loaded (or re-initialized) after jackd is up; PortAudio terminated before jackd stops."""
     already = "sounddevice" in sys.modules
@@ -92,7 +92,7 @@ def sd(jack_server):
     sounddevice._terminate()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jack_device(sd) -> int:
     """The index of the JACK output device PortAudio sees."""
     for api in sd.query_hostapis():
@@ -172,7 +172,7 @@ class Recorder:
         self.client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def recorder(jack_server, sd):
     rec = Recorder(jack_server.name)
     yield rec

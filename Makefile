@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TEXT   ?= Hello from edged, speaking on the built-in tiny model.
 
-.PHONY: run test install install-dev bench lint clean
+.PHONY: run test install install-dev system-deps bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,19 @@ install-dev: $(BIN)/python
 run: install
 	BIN=$(BIN) TEXT="$(TEXT)" bash scripts/run-demo.sh
 
-test: install-dev
+# Debian packages the tests need (systemd, journald, JACK, PortAudio): installed when root, else listed.
+system-deps:
+	bash scripts/install-system-deps.sh
+
+test: system-deps install-dev
 	$(BIN)/python -m pytest -q
+
+lint: install-dev
+	BIN=$(BIN) bash scripts/lint.sh
 
 bench: install-dev
 	$(BIN)/python scripts/bench_synth.py
+	$(BIN)/python scripts/bench_daemon.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -179,11 +179,7 @@ class CohortLoop:
         elif isinstance(command, Cancel):
             entry = self.scheduler.by_key.get((command.client, command.id))
             if entry is not None:
-                job: Job = entry.payload
-                job.cancelled_at_frame = job.member.frames if job.member else 0
-                self.scheduler.cancel(entry.key)
-                if entry.status.finished:  # it was still waiting
-                    self._done(entry)
+                self._cancel(entry)
         elif isinstance(command, StatusQuery):
             self.reply(command.client, StatusReply(self.status()), None)
         elif isinstance(command, Drain):
@@ -210,11 +206,15 @@ class CohortLoop:
     def _drain_deadline(self) -> None:
         if self.draining and time.monotonic() >= self.draining.deadline:
             for entry in list(self.scheduler.by_key.values()):
-                job: Job = entry.payload
-                job.cancelled_at_frame = job.member.frames if job.member else 0
-                self.scheduler.cancel(entry.key)
-                if entry.status.finished:
-                    self._done(entry)
+                self._cancel(entry)
+
+    def _cancel(self, entry: Entry) -> None:
+        """A waiting request is done at once; a running one leaves at the next frame boundary."""
+        job: Job = entry.payload
+        job.cancelled_at_frame = job.member.frames if job.member else 0
+        self.scheduler.cancel(entry.key)
+        if entry.status.finished:
+            self._done(entry)
 
     def _join(self) -> None:
         """Cancelled members leave, newcomers take their slots: all at this frame boundary."""

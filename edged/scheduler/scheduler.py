@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -46,7 +46,6 @@ class Entry:
     status: Status = Status.WAITING
     slot: int | None = None
     cancel_requested: bool = False
-    notes: dict = field(default_factory=dict)
 
 
 class Scheduler:

@@ -76,7 +76,3 @@ class Sampling:
         if not 0.0 < self.repetition_penalty <= 100.0:
             raise SamplingError(f"sampling.repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
         return replace(self, top_k=int(self.top_k), cp_top_k=int(self.cp_top_k))
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0.0 and self.cp_temperature == 0.0

@@ -105,7 +105,8 @@ class TalkerStage:
                         "codec_port": self.port.nbytes}
         return self.claimed
 
-    def _sampling_bindings(self, rows: slice) -> dict[str, np.ndarray]:
+    def _code0_bindings(self, rows: slice) -> dict[str, np.ndarray]:
+        """The code-0 sampling inputs and the hidden/code0 outputs, shared by prefill and decode."""
         return {"seen": self.seen[rows], "repetition_penalty": self.repetition_penalty[rows],
                 "allow_eos": self.allow_eos[rows], "temperature": self.temperature[rows],
                 "top_k": self.top_k[rows], "top_p": self.top_p[rows], "noise": self.noise[rows],
@@ -114,7 +115,7 @@ class TalkerStage:
     def _decode_plan(self, n: int) -> Plan:
         rows = slice(0, n)
         binds = {"inputs_embeds": self.inputs_embeds[rows], "positions": self.positions[rows],
-                 **self._sampling_bindings(rows)}
+                 **self._code0_bindings(rows)}
         for i in range(self.artifact.dims.layers):
             binds |= {f"past_keys_{i}": self.keys[i][rows], f"past_values_{i}": self.values[i][rows],
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
@@ -167,7 +168,7 @@ class TalkerStage:
     def _prefill_plan(self, t: int, slot: int) -> Plan:
         d = self.artifact.dims
         rows = slice(slot, slot + 1)
-        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), **self._sampling_bindings(rows)}
+        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), **self._code0_bindings(rows)}
         for i in range(d.layers):
             binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
             binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)

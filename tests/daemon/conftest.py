@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 
+GREEDY = "\n[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\nrepetition_penalty = 1.0\n"
+
+
 class Daemon:
     def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None):
         self.tmp = tmp
@@ -25,7 +28,9 @@ class Daemon:
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(self.notify_path)
         self.messages: list[str] = []
-        (tmp / "edged.toml").write_text(config)
+        # Greedy by default: the tests count frames, and greedy is deterministic (their texts were
+        # checked not to reach eos on the built-in model within the frames they ask for).
+        (tmp / "edged.toml").write_text(config + GREEDY)
         env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1"}
         env.pop("JOURNAL_STREAM", None)
         env.pop("INVOCATION_ID", None)

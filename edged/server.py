@@ -59,11 +59,13 @@ class Server:
         self._push.send_multipart([client, *wire.encode(message, pcm)], copy=True)
 
     def stop(self) -> None:
-        self._stop.set()
+        """Called on the loop thread: every reply queued before this call reaches the ROUTER first."""
+        self._push.send_multipart([b""])  # end marker: behind every reply already queued
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for sock in (self._push, self.replies_in, self.router):
-            sock.close(linger=0)
+        self._push.close(linger=0)
+        self.replies_in.close(linger=0)
+        self.router.close(linger=2000)  # let the last `done` messages leave, but never hang the exit
         if self.endpoint.startswith("ipc://"):
             path = self.endpoint[len("ipc://"):]
             if os.path.exists(path):
@@ -80,9 +82,13 @@ class Server:
             if self.replies_in in ready:
                 while True:
                     try:
-                        self.router.send_multipart(self.replies_in.recv_multipart(zmq.NOBLOCK), copy=False)
+                        frames = self.replies_in.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
+                    if frames == [b""]:  # stop(): every earlier reply is out
+                        self._stop.set()
+                        break
+                    self.router.send_multipart(frames, copy=False)
             if self.router in ready:
                 while True:
                     try:
@@ -90,12 +96,6 @@ class Server:
                     except zmq.Again:
                         break
                     self._receive(frames[0], frames[1:])
-        # flush replies the loop queued during shutdown
-        while True:
-            try:
-                self.router.send_multipart(self.replies_in.recv_multipart(zmq.NOBLOCK), copy=False)
-            except zmq.Again:
-                break
 
     def _receive(self, client: bytes, frames: list[bytes]) -> None:
         try:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-
 GREEDY = "\n[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\nrepetition_penalty = 1.0\n"
 
 

@@ -10,15 +10,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The runtime alone: numpy, onnxruntime, safetensors, tokenizers (no torch).
+# The runtime alone: numpy, onnxruntime, safetensors, tokenizers (no torch). silero-vad brings the
+# VAD's ONNX model file; its Python code needs torch, so it is installed without its dependencies.
 install: $(BIN)/python
 	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --no-deps silero-vad==6.2.3
 
 # The runtime + the engine toolchain + the public reference (qwen-tts, without its demo deps).
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[export,test,systemd]'
 	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
+	$(BIN)/pip install -q --no-deps silero-vad==6.2.3
 
 # Starts the daemon on the built-in tiny artifact, speaks TEXT through it, stops it.
 run: install

@@ -87,9 +87,53 @@ class VocoderConfig:
 @dataclass(frozen=True)
 class AudioConfig:
     device: str = ""
-    """Output device name for local playback. Empty: the system default."""
+    """Output device for local playback, matched as sounddevice matches names (a substring of the
+    device name, or an index). Empty: PortAudio's default output. "none": no local playback."""
+    input_device: str = ""
+    """Microphone for barge-in and the `mic` events. Empty: PortAudio's default input. "none": no microphone."""
+    barge_in: bool = True
+    """User speech while a reply plays interrupts it."""
     on_missing_device: str = "silent"
-    """What `play: true` does when there is no audio device: "silent" (synthesize, play nothing) or "reject"."""
+    """What `play: true` does while there is no output device: "silent" (synthesize and stream, play
+    nothing; the report says played_ms 0) or "reject"."""
+    blocksize: int = 0
+    """Frames per audio callback (0: the host's choice, lowest latency)."""
+    latency_ms: float = 0.0
+    """Suggested device latency in ms (0: PortAudio's "low")."""
+    ring_ms: int = 2000
+    """The speaker's ring (device-rate samples in flight to the callback), in ms."""
+    ahead_ms: int = 10000
+    """Generate-ahead buffer per reply, in ms of audio: a reply whose buffer is full pauses until
+    the speaker drains it (later replies generate ahead while an earlier one plays)."""
+    max_replies: int = 0
+    """Replies that may hold a generate-ahead buffer at once (0: max_batch + daemon.queue_limit)."""
+    playback_event_ms: int = 100
+    """Period of `playback` events on the event socket while a reply plays."""
+    lost_after_ms: int = 2000
+    """A stream whose callback has not run for this long is lost: it is closed and reopened."""
+    reopen_min_ms: int = 500
+    """First delay before reopening a lost (or missing) device; doubles up to reopen_max_ms."""
+    reopen_max_ms: int = 30000
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    threshold: float = 0.5
+    """Speech probability that starts speech (silero VAD); speech stops below threshold - 0.15."""
+    min_speech_ms: int = 64
+    """Speech must last this long before it counts (a `vad` start event; a barge-in while playing)."""
+    min_silence_ms: int = 300
+    """Silence that ends speech (a `vad` stop event)."""
+    echo_cancel: bool = True
+    """Cancel the daemon's own voice (what it sent to the speaker) from the microphone before the VAD."""
+
+
+@dataclass(frozen=True)
+class EventsConfig:
+    listen: str = ""
+    """ZeroMQ PUB endpoint for events. Empty: ipc://<runtime dir>/edged-events.sock. "none": no events."""
+    mic_audio: bool = True
+    """Publish the microphone's audio (16 kHz s16le, echo-cancelled) as `mic` events."""
 
 
 @dataclass(frozen=True)
@@ -110,19 +154,32 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     vocoder: VocoderConfig = field(default_factory=VocoderConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
-    def with_overrides(self, *, artifact: str | None = None, listen: str | None = None) -> Config:
-        daemon = self.daemon
+    def with_overrides(self, *, artifact: str | None = None, listen: str | None = None,
+                       audio_device: str | None = None, input_device: str | None = None) -> Config:
+        daemon, audio = self.daemon, self.audio
         if artifact is not None:
             daemon = replace(daemon, artifact=artifact)
         if listen is not None:
             daemon = replace(daemon, listen=listen)
-        return replace(self, daemon=daemon)
+        if audio_device is not None:
+            audio = replace(audio, device=audio_device)
+        if input_device is not None:
+            audio = replace(audio, input_device=input_device)
+        return replace(self, daemon=daemon, audio=audio)
 
     @property
     def endpoint(self) -> str:
         return self.daemon.listen or default_endpoint()
+
+    @property
+    def events_endpoint(self) -> str | None:
+        if self.events.listen == "none":
+            return None
+        return self.events.listen or f"ipc://{runtime_dir() / 'edged-events.sock'}"
 
 
 def load_config(path: Path | str | None) -> Config:
@@ -183,5 +240,19 @@ def _validate(config, source: str) -> None:
             raise ConfigError(f"{source}: daemon.log_level must be debug, info, warning or error")
     if isinstance(config, VocoderConfig) and (config.chunk_frames < 1 or config.first_chunk_frames < 1):
         raise ConfigError(f"{source}: vocoder.chunk_frames and vocoder.first_chunk_frames must be >= 1")
-    if isinstance(config, AudioConfig) and config.on_missing_device not in ("silent", "reject"):
-        raise ConfigError(f"{source}: audio.on_missing_device must be silent or reject")
+    if isinstance(config, AudioConfig):
+        if config.on_missing_device not in ("silent", "reject"):
+            raise ConfigError(f"{source}: audio.on_missing_device must be silent or reject")
+        for name in ("blocksize", "max_replies"):
+            if getattr(config, name) < 0:
+                raise ConfigError(f"{source}: audio.{name} must be >= 0")
+        for name in ("ring_ms", "ahead_ms", "playback_event_ms", "lost_after_ms", "reopen_min_ms", "reopen_max_ms"):
+            if getattr(config, name) < 1:
+                raise ConfigError(f"{source}: audio.{name} must be >= 1")
+        if config.latency_ms < 0:
+            raise ConfigError(f"{source}: audio.latency_ms must be >= 0")
+    if isinstance(config, VadConfig):
+        if not 0.15 < config.threshold < 1:
+            raise ConfigError(f"{source}: vad.threshold must be in (0.15, 1), got {config.threshold}")
+        if config.min_speech_ms < 0 or config.min_silence_ms < 0:
+            raise ConfigError(f"{source}: vad.min_speech_ms and vad.min_silence_ms must be >= 0")

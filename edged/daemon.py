@@ -1,7 +1,8 @@
 """The daemon's lifecycle: boot in named steps, serve, drain on SIGTERM, exit 0.
 
     boot:  config -> artifact -> engines + preallocate (prints what it claimed) -> warm up
-           -> bind the socket -> READY=1
+           -> event socket -> speaker (a missing device is retried in the background) -> bind the
+           socket -> READY=1
     serve: the cohort loop on this (main) thread; the socket on its own thread; WATCHDOG=1 only
            while the loop makes progress
     drain: SIGTERM -> STOPPING=1, stop admitting, let in-flight requests finish until the drain
@@ -18,9 +19,12 @@ import threading
 import time
 
 from edged.artifact import load_artifact
+from edged.audio.listener import Listener
+from edged.audio.speaker import Speaker
 from edged.backends import make_backend
-from edged.config import Config
-from edged.scheduler.loop import CohortLoop, Drain
+from edged.config import Config, ConfigError
+from edged.events import Events
+from edged.scheduler.loop import CohortLoop, Drain, PlaybackEnded
 from edged.server import Server
 from edged.systemd import Notifier, Watchdog
 from edged.talker.sampling import Sampling
@@ -41,6 +45,11 @@ class Daemon:
             self.serve(loop)
         finally:
             server.stop()
+            if self.listener is not None:
+                self.listener.stop()
+            if self.speaker is not None:
+                self.speaker.close()
+            self.events.close()
             self.watchdog.stop()
         log.info("stopped")
         return 0
@@ -53,15 +62,28 @@ class Daemon:
         artifact = load_artifact(cfg.daemon.artifact or None)
         backend = make_backend(cfg.daemon.backend, cfg.daemon.threads)
         self.watchdog = Watchdog(self.notifier)
+        self.events = Events(cfg.events_endpoint)
+        self.speaker = self._speaker(artifact)
         loop = CohortLoop(artifact, backend, reply=lambda *_: None, queue_limit=cfg.daemon.queue_limit,
                           chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
-                          play_available=False, reject_play_without_device=cfg.audio.on_missing_device == "reject",
+                          speaker=self.speaker, reject_play_without_device=cfg.audio.on_missing_device == "reject",
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps)
+        if self.speaker is not None:
+            self.speaker.ended = lambda reply: loop.inbox.put(PlaybackEnded(reply))
         claimed = loop.preallocate()
+        if self.speaker is not None:
+            claimed["speaker buffers"] = self.speaker.claimed_bytes
         for part, size in claimed.items():
             log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
         log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
         loop.warm_up()
+        self.listener = self._listener()
+        if self.listener is not None:
+            loop.input_status = self.listener.status
+        if self.speaker is not None:
+            self.speaker.start()
+        if self.listener is not None:
+            self.listener.start()
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         server = Server(cfg.endpoint, loop, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults)
@@ -84,7 +106,7 @@ class Daemon:
                          self.config.daemon.drain_timeout_s)
                 loop.inbox.put(Drain(time.monotonic() + self.config.daemon.drain_timeout_s))
             loop.iteration()
-            if loop.draining is not None and not loop.scheduler.by_key:
+            if loop.draining is not None and not loop.busy:
                 return
             now = time.monotonic()
             if now - last_status >= 1.0:
@@ -94,6 +116,29 @@ class Daemon:
                                      f"{s['counters']['accepted']} accepted")
                 last_status = now
         log.warning("second signal: exiting without draining")
+
+    def _speaker(self, artifact) -> Speaker | None:
+        """The local speaker, unless the config says device = "none"."""
+        audio = self.config.audio
+        if audio.device == "none":
+            return None
+        replies = audio.max_replies or artifact.max_batch + self.config.daemon.queue_limit
+        window_ms = -(-artifact.samples_per_frame * max(self.config.vocoder.chunk_frames,
+                                                      self.config.vocoder.first_chunk_frames) * 1000 // artifact.sample_rate)
+        if audio.ahead_ms < window_ms:
+            raise ConfigError(f"audio.ahead_ms must be >= {window_ms} (one vocoder window), got {audio.ahead_ms}")
+        tap_s = 2.0 if audio.input_device != "none" and self.config.vad.echo_cancel else 0.0
+        return Speaker(audio, artifact.sample_rate, replies, self.events, ended=lambda reply: None, tap_seconds=tap_s)
+
+    def _listener(self) -> Listener | None:
+        """The microphone (VAD, barge-in, `mic` events), unless the config says input_device = "none"."""
+        if self.config.audio.input_device == "none":
+            return None
+        listener = Listener(self.config.audio, self.config.vad, self.events, self.speaker,
+                            mic_audio=self.config.events.mic_audio)
+        if self.speaker is not None:
+            self.speaker.before_rescan, self.speaker.after_rescan = listener.hold, listener.release
+        return listener
 
     def _install_signals(self) -> None:
         def handle(signum, _frame) -> None:

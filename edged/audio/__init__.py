@@ -1,4 +1,5 @@
-"""Local audio: playback with the DAC-accurate cursor (`playback.Playback`) over a PCM ring (`ring.PcmRing`).
+"""Local audio: the speaker (`speaker.Speaker` over `playback.Playback` and its DAC-accurate cursor),
+the microphone (`listener.Listener`: echo cancelling, Silero VAD, barge-in), and their parts.
 
-Nothing here loads PortAudio at import; `Playback` does when it opens its stream.
+Nothing here loads PortAudio at import; the streams do when they open.
 """

@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from edged.audio.portaudio import close_stream, sounddevice
 from edged.audio.ring import PcmRing
+from edged.audio.tap import Tap
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +76,13 @@ class Playback:
     blocksize: frames per callback; 0 lets the host choose (lowest latency, JACK's period).
     latency: seconds, or "low"/"high" as sounddevice takes it.
     ring_seconds: ring capacity; bounds how far generation may run ahead of the speaker.
+    tap_seconds: > 0 keeps that much of what was sent to the DAC, with DAC times, in `tap` (the
+    echo canceller's reference).
     """
 
     def __init__(self, device: str | int | None = None, sample_rate: int = 24000, blocksize: int = 0,
-                 latency: float | str = "low", ring_seconds: float = 4.0) -> None:
-        import sounddevice as sd  # here, not at import: PortAudio enumerates devices when loaded
+                 latency: float | str = "low", ring_seconds: float = 4.0, tap_seconds: float = 0.0) -> None:
+        sd = sounddevice()  # here, not at import: PortAudio enumerates devices when loaded
 
         self.sample_rate = int(sample_rate)
         info = sd.query_devices(device, kind="output")
@@ -100,6 +104,7 @@ class Playback:
             ratio = self.device_rate / self.sample_rate
             self._pending = np.zeros(math.ceil(_MAX_RESAMPLE_CHUNK * ratio) + 4096, dtype=np.float32)
         self._pending_n = 0
+        self.tap = Tap(self.device_rate, tap_seconds) if tap_seconds > 0 else None
         # Segment table: where each reply lies in the ring. The producer fills a slot before it
         # publishes `_seg_n`; the callback owns `_seg_cur` and `_seg_cut`.
         self._seg_start = [0] * _SEGMENTS
@@ -185,6 +190,8 @@ class Playback:
                 self.underrun_samples += frames - pos
             elif self._seg_cur >= self._seg_n:
                 self._flowing = False
+        if self.tap is not None:
+            self.tap.record(out, dac)
         elapsed = time.perf_counter() - t0
         self._cb_seconds[self._callbacks % _CALLBACK_LOG] = elapsed
         self._callbacks += 1
@@ -351,6 +358,12 @@ class Playback:
                 reply.final_played = heard
             return heard
 
+    def final(self, reply_id: Hashable) -> int | None:
+        """Samples of the reply (artifact rate) heard, once it has all passed the DAC or was cut
+        and the cut has passed; None while some of it may still play."""
+        heard = self.played(reply_id)
+        return heard if self._replies[reply_id].final_played >= 0 else None
+
     def played(self, reply_id: Hashable, now: float | None = None) -> int:
         """Samples of the reply (artifact rate) that have passed the DAC: what the listener heard."""
         heard = self.played_device_samples(reply_id, now)
@@ -375,6 +388,11 @@ class Playback:
         """Ring index of the reply's first sample (-1 before it is written). For tests and diagnostics."""
         return self._replies[reply_id].start
 
+    @property
+    def callbacks(self) -> int:
+        """Callbacks so far: a stream whose count stops moving has lost its device."""
+        return self._callbacks
+
     def callback_seconds(self) -> np.ndarray:
         """Durations of the most recent callbacks (a copy; for tests and diagnostics)."""
         n = min(self._callbacks, _CALLBACK_LOG)
@@ -392,7 +410,7 @@ class Playback:
             "blocksize": self.blocksize,
             "latency_ms": round(self.latency_s * 1000, 3),
             "dac_latency_ms": round(self.dac_latency_s * 1000, 3),
-            "active": bool(self._stream.active) if not self._closed else False,
+            "open": not self._closed,
             "replies_unfinished": playing,
             "replies_queued": queued,
             "ring_fill": self._ring.available(),
@@ -410,22 +428,7 @@ class Playback:
         if self._closed:
             return True
         self._closed = True
-        stream = self._stream
-
-        def shut() -> None:
-            try:
-                stream.abort()
-                stream.close()
-            except Exception:
-                log.exception("playback: closing the output stream failed")
-
-        helper = threading.Thread(target=shut, name="edged-audio-close", daemon=True)
-        helper.start()
-        helper.join(timeout)
-        if helper.is_alive():
-            log.error("playback: the output stream did not close within %.1f s; abandoning it", timeout)
-            return False
-        return True
+        return close_stream(self._stream, "output", timeout)
 
     def __enter__(self) -> Playback:
         return self

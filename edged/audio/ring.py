@@ -39,6 +39,10 @@ class PcmRing:
 
     # -- producer side --------------------------------------------------------------------------
 
+    def reset(self) -> None:
+        """Empty the ring; only while no consumer uses it."""
+        self._read = self._written = 0
+
     def write(self, samples: np.ndarray) -> int:
         """Copy as many of `samples` (1-D float32) as fit; returns how many. Never blocks."""
         w = self._written
@@ -68,6 +72,18 @@ class PcmRing:
             out[first:n] = self._buf[:n - first]
         self._read = r + n  # publish after the copy
         return n
+
+    def peek(self, count: int) -> np.ndarray:
+        """A view of up to `count` readable samples, contiguous in the buffer (so maybe fewer than
+        available); pair with `discard` for the ones used. No copy."""
+        r = self._read
+        start = r % self.capacity
+        n = max(0, min(count, self._written - r, self.capacity - start))
+        return self._buf[start:start + n]
+
+    def clear(self) -> None:
+        """Consumer side: drop everything readable."""
+        self._read = self._written
 
     def discard(self, count: int) -> int:
         """Drop up to `count` readable samples without copying; returns how many."""

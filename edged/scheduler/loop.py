@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from edged.artifact import Artifact
+from edged.audio.speaker import Reply as SpeakerReply
+from edged.audio.speaker import Speaker
 from edged.backends import Backend
 from edged.protocol import Accepted, Audio, Done, Rejected, StatusReply
 from edged.request import SpeechRequest
@@ -34,6 +36,11 @@ from edged.talker.stage import Member, Outcome, TalkerStage
 from edged.vocoder.stage import VocoderStage
 
 log = logging.getLogger("edged.loop")
+
+IDLE_WAIT_S = 0.5
+"""Longest wait for a command when nothing runs (the watchdog still hears from the loop)."""
+PAUSED_WAIT_S = 0.005
+"""Wait while every member is paused on a full speaker buffer: about half an audio period."""
 
 Reply = Callable[[bytes, Any, "memoryview | None"], None]
 """reply(client, message, pcm): send one message (and its PCM frame) to one client."""
@@ -64,6 +71,13 @@ class StatusQuery:
 
 
 @dataclass(frozen=True)
+class PlaybackEnded:
+    """From the speaker: the reply's last sample (or its cut) has passed the DAC."""
+
+    reply: SpeakerReply
+
+
+@dataclass(frozen=True)
 class Drain:
     """Stop admitting; finish what is in flight until `deadline` (monotonic), then cancel the rest."""
 
@@ -83,6 +97,13 @@ class Job:
     cancelled_at_frame: int | None = None
     error: str | None = None
     started_at: float | None = None
+    reply: SpeakerReply | None = None
+    """The reply on the local speaker (play: true with a device)."""
+    played: int | None = None
+    """Samples heard, once the speaker says the reply has ended."""
+    generated_at: float | None = None
+    reason: str | None = None
+    """A terminal reason decided outside generation (cancelled while playing, interrupted, error)."""
 
 
 @dataclass
@@ -99,13 +120,17 @@ class Counters:
 
 class CohortLoop:
     def __init__(self, artifact: Artifact, backend: Backend, reply: Reply, *, queue_limit: int = 16,
-                 chunk_frames: int = 4, first_chunk_frames: int = 1, play_available: bool = False,
+                 chunk_frames: int = 4, first_chunk_frames: int = 1, speaker: Speaker | None = None,
                  reject_play_without_device: bool = False, progress: Callable[[], None] = lambda: None,
                  stall_after_steps: int = 0):
         self.artifact = artifact
         self.reply = reply
         self.progress = progress
-        self.play_available = play_available
+        self.speaker = speaker
+        self.input_status: Callable[[], dict] = lambda: {"state": "off"}
+        """The microphone's part of `status` (the daemon sets it when there is a listener)."""
+        self.playing: dict[Hashable, Entry] = {}
+        """Requests whose generation ended while their audio still plays: done waits for the speaker."""
         self.reject_play_without_device = reject_play_without_device
         self.stall_after_steps = stall_after_steps
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -115,6 +140,8 @@ class CohortLoop:
         self.vocoder = VocoderStage(artifact, backend, self.port, self._on_pcm,
                                     chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames)
         window = artifact.samples_per_frame * max(chunk_frames, first_chunk_frames)
+        self.window = window
+        """Most PCM one step (and its finish) can emit per member: a paused reply needs this much room."""
         self.s16 = np.zeros(window, dtype="<i2")  # s16le conversion buffers, one window each
         self.scaled = np.zeros(window, dtype=np.float32)
         self.counters = Counters()
@@ -147,13 +174,22 @@ class CohortLoop:
 
     # ----------------------------------------------------------------------------- run
 
+    @property
+    def busy(self) -> bool:
+        """Requests in flight: generating, waiting, or still playing."""
+        return bool(self.scheduler.by_key or self.playing)
+
     def iteration(self) -> None:
-        """One pass: commands, joins, one frame for every member, finishes. The daemon calls it in a loop."""
-        idle = not self.scheduler.running and not self.scheduler.waiting
-        self._commands(block=idle)
+        """One pass: commands, joins, one frame for every member whose reply has room, finishes.
+        The daemon calls it in a loop."""
+        ready = [e for e in self.scheduler.members if not self._paused(e)]
+        if ready or self.scheduler.waiting:
+            self._commands(timeout=None)
+        else:  # idle, or every member waits for the speaker to drain its buffer
+            self._commands(timeout=PAUSED_WAIT_S if self.scheduler.running else IDLE_WAIT_S)
         self._drain_deadline()
         self._join()
-        members = self.scheduler.members
+        members = [e for e in self.scheduler.members if not self._paused(e)]
         if members:
             self._step(members)
             if self.stall_after_steps and self.counters.steps >= self.stall_after_steps:
@@ -161,9 +197,14 @@ class CohortLoop:
                 threading.Event().wait()
         self.progress()
 
-    def _commands(self, block: bool) -> None:
+    def _paused(self, entry: Entry) -> bool:
+        reply = entry.payload.reply
+        return reply is not None and self.speaker is not None and self.speaker.room(reply) < self.window
+
+    def _commands(self, timeout: float | None) -> None:
+        """Apply every queued command; with a timeout, first wait that long for one."""
         try:
-            command = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+            command = self.inbox.get(timeout=timeout) if timeout else self.inbox.get_nowait()
         except queue.Empty:
             return
         while True:
@@ -177,9 +218,12 @@ class CohortLoop:
         if isinstance(command, Submit):
             self._submit(command)
         elif isinstance(command, Cancel):
-            entry = self.scheduler.by_key.get((command.client, command.id))
+            key = (command.client, command.id)
+            entry = self.scheduler.by_key.get(key) or self.playing.get(key)
             if entry is not None:
                 self._cancel(entry)
+        elif isinstance(command, PlaybackEnded):
+            self._playback_ended(command.reply)
         elif isinstance(command, StatusQuery):
             self.reply(command.client, StatusReply(self.status()), None)
         elif isinstance(command, Drain):
@@ -189,8 +233,10 @@ class CohortLoop:
         reason = None
         if self.draining:
             reason = "shutting down"
-        elif s.play and not self.play_available and self.reject_play_without_device:
+        elif s.play and self.reject_play_without_device and not (self.speaker and self.speaker.available):
             reason = "no audio device for play: true (send play: false, or stream: true)"
+        elif s.play and self.speaker and self.speaker.available and not self.speaker.can_begin():
+            reason = "busy: every speaker buffer is taken by replies waiting to play"
         if reason is None:
             ok, why = self.talker.admit(s.request)
             reason = None if ok else why
@@ -201,20 +247,48 @@ class CohortLoop:
             self.reply(s.client, Rejected(s.request.id, reason), None)
             return
         self.counters.accepted += 1
+        if s.play and self.speaker is not None:
+            entry = self.scheduler.by_key[(s.client, s.request.id)]
+            entry.payload.reply = self.speaker.begin(entry.key, s.request.id)
         self.reply(s.client, Accepted(s.request.id), None)
 
     def _drain_deadline(self) -> None:
         if self.draining and time.monotonic() >= self.draining.deadline:
-            for entry in list(self.scheduler.by_key.values()):
+            for entry in [*self.scheduler.by_key.values(), *self.playing.values()]:
                 self._cancel(entry)
 
     def _cancel(self, entry: Entry) -> None:
-        """A waiting request is done at once; a running one leaves at the next frame boundary."""
+        """A waiting request ends at once, a running one at the next frame boundary, a playing one
+        when its cut has passed the DAC."""
         job: Job = entry.payload
-        job.cancelled_at_frame = job.member.frames if job.member else 0
+        if entry.key in self.playing:
+            if job.reason is None:
+                job.reason = "cancelled"
+            if job.reply is not None and self.speaker is not None:
+                self.speaker.stop(job.reply)
+            return
+        if job.cancelled_at_frame is None:
+            job.cancelled_at_frame = job.member.frames if job.member else 0
         self.scheduler.cancel(entry.key)
         if entry.status.finished:
+            self._generated(entry)
+
+    def _playback_ended(self, reply: SpeakerReply) -> None:
+        """The speaker is through with a reply: its done goes out now, or when generation stops."""
+        entry = self.playing.pop(reply.key, None) or self.scheduler.by_key.get(reply.key)
+        if entry is None or entry.payload.reply is not reply:
+            return
+        job: Job = entry.payload
+        job.played = reply.played
+        if not reply.stopped and not reply.error:
+            job.reason = None  # it played to the end before a cancel could cut it
+        elif job.reason is None and (reply.interrupted or reply.error):
+            job.reason = "interrupted" if reply.interrupted else "error"
+            job.error = job.error or reply.error
+        if entry.status.finished:
             self._done(entry)
+        else:  # cut while still generating (barge-in, device lost): generation stops too
+            self._cancel(entry)
 
     def _join(self) -> None:
         """Cancelled members leave, newcomers take their slots: all at this frame boundary."""
@@ -262,7 +336,21 @@ class CohortLoop:
                     log.error("vocoder tail failed\n%s", traceback.format_exc())
                     job.error, reason = f"vocoder failed: {exc}", "error"
         self.scheduler.finish(entry, reason)
-        self._done(entry)
+        self._generated(entry)
+
+    def _generated(self, entry: Entry) -> None:
+        """Generation is over. Without a speaker reply that is the end; with one, done waits until
+        the speaker has played (or cut) the rest."""
+        job: Job = entry.payload
+        job.generated_at = time.monotonic()
+        if job.reply is None or self.speaker is None or job.played is not None:
+            self._done(entry)
+            return
+        if entry.status.reason in ("eos", "length") and job.reason is None:
+            self.speaker.end(job.reply)
+        else:
+            self.speaker.stop(job.reply)
+        self.playing[entry.key] = entry
 
     # ----------------------------------------------------------------------------- replies
 
@@ -274,6 +362,8 @@ class CohortLoop:
         if job.first_audio_at is None:
             job.first_audio_at = time.monotonic()
         job.samples_sent = first_sample + samples.shape[0]
+        if job.reply is not None and self.speaker is not None:
+            self.speaker.write(job.reply, samples)
         if not job.submit.stream:
             return
         if job.submit.format == "s16le":
@@ -291,7 +381,7 @@ class CohortLoop:
 
     def _done(self, entry: Entry) -> None:
         job: Job = entry.payload
-        reason = entry.status.reason
+        reason = job.reason or entry.status.reason
         self.counters.done[reason] += 1
         self.reply(job.submit.client, Done(job.submit.request.id, reason, job.error, self._report(job, reason)), None)
         log.info("done", extra={"request_id": str(job.submit.request.id), "reason": reason})
@@ -306,11 +396,15 @@ class CohortLoop:
             "audio_ms": round(audio_s * 1e3, 1),
             "queued_ms": round(((job.started_at or now) - job.accepted_at) * 1e3, 3),
             "first_audio_ms": round((job.first_audio_at - job.accepted_at) * 1e3, 3) if job.first_audio_at else None,
-            "rtf": round((now - job.started_at) / audio_s, 4) if audio_s and job.started_at else None,
+            "rtf": round(((job.generated_at or now) - job.started_at) / audio_s, 4) if audio_s and job.started_at else None,
             "stages": [self.talker.diagnostics(m), self.vocoder.diagnostics(m.slot)] if m else [],
         }
         if job.cancelled_at_frame is not None:
             report["cancelled_at_frame"] = job.cancelled_at_frame
+        if job.submit.play:
+            report["played_ms"] = job.played * 1000 // self.artifact.sample_rate if job.played is not None else 0
+            if job.reply is None:
+                report["playback"] = "no output device"
         if job.submit.report_codes:
             report["rvq_codes"] = self.port.frames(m.slot).tolist() if m else []
         return report
@@ -327,5 +421,7 @@ class CohortLoop:
             "counters": {"accepted": self.counters.accepted, "rejected": self.counters.rejected,
                          "done": dict(self.counters.done), "frames": self.counters.frames, "steps": self.counters.steps},
             "memory": dict(self.claimed),
-            "audio": "available" if self.play_available else "none",
+            "audio": {"output": self.speaker.status() if self.speaker is not None else {"state": "off"},
+                      "input": self.input_status()},
+            "playing": len(self.playing),
         }

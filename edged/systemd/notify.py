@@ -2,8 +2,10 @@
 
 Every message goes to the datagram socket named by $NOTIFY_SOCKET (a path, or "@name" for an
 abstract socket). Outside systemd there is no $NOTIFY_SOCKET and every method is a no-op, so the
-daemon calls them unconditionally. With the `systemd` extra installed, systemd-python's
-sd_notify sends; without it, a few lines of pure Python do the same.
+daemon calls them unconditionally. A few lines of pure Python send, as sd_notify does, but
+never block: the daemon's loop sends STATUS and WATCHDOG, and a manager (or test) that stops reading
+must not stop the daemon; a full socket drops the message (logged once). systemd-python's
+sd_notify (the `systemd` extra, whose send blocks on a full socket) can be chosen explicitly.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def _socket_notify(address: str, message: str) -> None:
         raise OSError(f"NOTIFY_SOCKET={address!r}: only path and @abstract sockets are supported")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
         sock.connect(address)
-        sock.sendall(message.encode())
+        sock.send(message.encode(), socket.MSG_DONTWAIT)  # a full socket raises BlockingIOError
 
 
 def _systemd_python_notify() -> Callable[[str, str], None] | None:
@@ -46,8 +48,8 @@ def _systemd_python_notify() -> Callable[[str, str], None] | None:
 class Notifier:
     """Sends sd_notify messages; a no-op (every method returns False) when $NOTIFY_SOCKET is unset.
 
-    backend: "systemd" = systemd-python (the `systemd` extra), "socket" = the pure-Python sender,
-    "auto" = systemd-python when importable, else the socket sender.
+    backend: "socket" (and "auto") = the pure-Python, non-blocking sender; "systemd" = systemd-python's
+    sd_notify (the `systemd` extra).
 
     Never raises: a failed send is logged (once, until a send succeeds again) and returns False.
     A lost READY=1 shows up anyway as systemd's start timeout; a lost WATCHDOG=1 as a restart.
@@ -55,7 +57,7 @@ class Notifier:
 
     def __init__(self, backend: Backend = "auto") -> None:
         self.address: str | None = os.environ.get("NOTIFY_SOCKET") or None
-        sender = None if backend == "socket" else _systemd_python_notify()
+        sender = _systemd_python_notify() if backend == "systemd" else None
         if backend == "systemd" and sender is None:
             raise ImportError("Notifier(backend='systemd') needs systemd-python: pip install 'edged[systemd]'")
         self.backend: str = "systemd" if sender is not None else "socket"

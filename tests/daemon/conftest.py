@@ -1,83 +1,11 @@
-"""The real daemon as a subprocess: `python -m edged serve`, ready when it sends READY=1.
-
-Each daemon gets its own NOTIFY_SOCKET, a datagram socket bound by the test, so tests see the
-same readiness, status, watchdog and stopping messages systemd would.
-"""
+"""Fixtures that start the real daemon (tests/support/daemon.py) for the daemon tests."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
+from support.daemon import GREEDY, Daemon
 
-GREEDY = "\n[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\nrepetition_penalty = 1.0\n"
-
-
-class Daemon:
-    def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None):
-        self.tmp = tmp
-        self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
-        self.notify_path = str(tmp / "notify.sock")
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind(self.notify_path)
-        self.messages: list[str] = []
-        # Greedy by default: the tests count frames, and greedy is deterministic (their texts were
-        # checked not to reach eos on the built-in model within the frames they ask for).
-        (tmp / "edged.toml").write_text(config + GREEDY)
-        env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1"}
-        env.pop("JOURNAL_STREAM", None)
-        env.pop("INVOCATION_ID", None)
-        if watchdog_usec:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        self.log = open(tmp / "daemon.log", "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.wait_for("READY=1", timeout=60)
-
-    def receive(self, duration: float) -> list[str]:
-        """Every notify line that arrives during the next `duration` seconds."""
-        deadline = time.monotonic() + duration
-        got = []
-        while (left := deadline - time.monotonic()) > 0:
-            self.notify.settimeout(left)
-            try:
-                got += self.notify.recv(4096).decode().splitlines()
-            except TimeoutError:
-                break
-        self.messages += got
-        return got
-
-    def wait_for(self, line: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while line not in self.messages:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.read_log()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {line} within {timeout} s; got {self.messages}\n{self.read_log()}")
-            self.receive(0.1)
-
-    def read_log(self) -> str:
-        self.log.flush()
-        return (self.tmp / "daemon.log").read_text()
-
-    def terminate(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.notify.close()
-        self.log.close()
+__all__ = ["GREEDY", "Daemon"]
 
 
 @pytest.fixture

@@ -189,7 +189,7 @@ def test_outside_systemd_everything_is_a_no_op(monkeypatch):
         wd.stop()
 
 
-def test_without_systemd_python_auto_falls_back_to_the_socket_sender(monkeypatch, receiver):
+def test_auto_is_the_socket_sender_and_systemd_needs_systemd_python(monkeypatch, receiver):
     for name in ("systemd", "systemd.daemon"):
         monkeypatch.setitem(sys.modules, name, None)  # `import systemd.daemon` raises ImportError
     monkeypatch.setenv("NOTIFY_SOCKET", receiver.address)
@@ -209,3 +209,18 @@ def test_a_failed_send_is_logged_once_and_returns_false(monkeypatch, caplog, tmp
         assert not n.ready() and not n.watchdog() and not n.watchdog()
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "sd_notify" in warnings[0].getMessage() and "READY=1" in warnings[0].getMessage()
+
+
+def test_a_full_notify_socket_never_blocks_the_sender(monkeypatch, tmp_path, caplog):
+    """A manager that stops reading (a full datagram queue) costs messages, never the daemon's time."""
+    path = str(tmp_path / "full.sock")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(path)  # never read
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    n = Notifier()
+    t0 = time.monotonic()
+    sent = [n.status(f"line {i}") for i in range(2000)]
+    assert time.monotonic() - t0 < 5
+    assert sent[0] and not all(sent)
+    assert sum("sd_notify" in r.message and "failed" in r.message for r in caplog.records) == 1
+    sink.close()

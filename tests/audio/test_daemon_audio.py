@@ -1,0 +1,303 @@
+"""The real daemon on a real audio server: JACK's dummy backend (24 kHz, 256-frame periods).
+
+A JACK client (`Patchbay`) records the daemon's output port and plays speech (espeak-ng) into the
+daemon's input port; the daemon is a subprocess talking PortAudio to the same server. Bounds, in
+JACK frames (PERIOD = 256 = 10.7 ms):
+- the recording equals the reply's PCM bit-exactly (no resampling at 24 kHz); the `done` report's
+  `played_ms` equals what was recorded, to the millisecond;
+- the cursor in `status` agrees with the recording within one period, once the recording position
+  is moved to the DAC (the playback latency L: two periods on the dummy backend);
+- user speech during a reply cuts it: `interrupted`, `played_ms` = the recorded prefix; the output is
+  silent within the VAD's decision latency (measured on the `mic` events) plus the path to the
+  speaker (bounded by CUT_FRAMES);
+- the daemon's own voice looped into its microphone is cancelled (ERLE > 30 dB) and never barges in.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+import wave
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+from support.daemon import Daemon
+
+from edged.client import Client
+
+if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
+    pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
+
+RATE = 24000
+PERIOD = 256
+L = 2 * PERIOD
+"""JACK's playback latency on the dummy backend: the DAC time is two periods after the cycle."""
+CUT_FRAMES = 6 * PERIOD
+"""Speech onset -> silence, beyond the VAD's decision: input latency (1 period), the listener's
+block and echo canceller (1 block each), its polling (< 1 period), the resampler, and the speaker's
+next block (1 period)."""
+VAD_DECISION_MS = 400
+"""Onset -> the VAD's start decision on the published mic audio (min_speech_ms 96 + silero's own)."""
+TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
+
+
+class Patchbay:
+    """A JACK client: `rec` records (with each cycle's JACK frame time), `voice` plays a buffer."""
+
+    def __init__(self, server: str, seconds: float = 40.0) -> None:
+        import jack
+
+        self.client = jack.Client("edged-patchbay", no_start_server=True, servername=server)
+        self.rec_port = self.client.inports.register("rec")
+        self.voice_port = self.client.outports.register("voice")
+        self.rec = np.zeros(int(seconds * RATE), dtype=np.float32)
+        self.pos = 0
+        self.voice: np.ndarray | None = None
+        self.voice_pos = 0
+        self.voice_start = -1
+        """Recording index at which the voice's first sample went out."""
+        self.client.set_process_callback(self._process)
+        self.client.activate()
+
+    def _process(self, frames: int) -> None:
+        if self.pos + frames <= len(self.rec):
+            self.rec[self.pos:self.pos + frames] = self.rec_port.get_array()
+        out = self.voice_port.get_array()
+        out[:] = 0.0
+        if self.voice is not None and self.voice_pos < len(self.voice):
+            if self.voice_pos == 0:
+                self.voice_start = self.pos
+            n = min(frames, len(self.voice) - self.voice_pos)
+            out[:n] = self.voice[self.voice_pos:self.voice_pos + n]
+            self.voice_pos += n
+        self.pos += frames
+
+    def say(self, pcm: np.ndarray) -> None:
+        self.voice_pos, self.voice_start = 0, -1
+        self.voice = pcm
+
+    def mark(self) -> int:
+        return self.pos
+
+    def daemon_ports(self) -> tuple[str, str]:
+        outs = [p.name for p in self.client.get_ports("PortAudio", is_audio=True, is_output=True)]
+        ins = [p.name for p in self.client.get_ports("PortAudio", is_audio=True, is_input=True)]
+        assert len(outs) == 1 and len(ins) == 1, (outs, ins)
+        return outs[0], ins[0]
+
+    def patch(self, *, record: bool = True, voice: bool = False, loopback: bool = False) -> None:
+        """Connect the daemon's output to `rec`; its input to `voice` and/or its own output only."""
+        out, inp = self.daemon_ports()
+        for port in (self.rec_port.name, inp):
+            for other in self.client.get_all_connections(port):
+                self.client.disconnect(other, port)
+        if record:
+            self.client.connect(out, self.rec_port.name)
+        if voice:
+            self.client.connect(self.voice_port.name, inp)
+        if loopback:
+            self.client.connect(out, inp)
+
+    def close(self) -> None:
+        self.client.deactivate()
+        self.client.close()
+
+
+class Subscriber:
+    """The daemon's event socket, collected on a thread."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.socket = zmq.Context.instance().socket(zmq.SUB)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.setsockopt(zmq.RCVTIMEO, 100)
+        self.socket.connect(endpoint)
+        self.events: list[tuple[dict, bytes | None]] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                frames = self.socket.recv_multipart()
+            except zmq.Again:
+                continue
+            self.events.append((msgpack.unpackb(frames[1]), frames[2] if len(frames) > 2 else None))
+
+    def of(self, name: str) -> list[dict]:
+        return [h for h, _ in list(self.events) if h["event"] == name]
+
+    def mic_audio(self) -> np.ndarray:
+        chunks = [np.frombuffer(pcm, "<i2") for h, pcm in list(self.events) if h["event"] == "mic" and pcm]
+        return np.concatenate(chunks).astype(np.float32) / 32767 if chunks else np.zeros(0, np.float32)
+
+    def clear(self) -> None:
+        self.events.clear()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join()
+        self.socket.close(linger=0)
+
+
+def espeak(text: str, tmp) -> np.ndarray:
+    import soxr
+
+    path = tmp / "speech.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(path), text], check=True)
+    with wave.open(str(path)) as w:
+        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
+        rate = w.getframerate()
+    return soxr.resample(pcm, rate, RATE).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def rig(jack_server, tmp_path_factory):
+    """One daemon on the module's JACK server, its event socket, and the patchbay."""
+    tmp = tmp_path_factory.mktemp("audio-daemon")
+    events = f"ipc://{tmp / 'events.sock'}"
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\nlost_after_ms = 5000\n')
+    bay = Patchbay(jack_server.name)
+    sub = Subscriber(events)
+    client = Client(daemon.endpoint)
+    speech = espeak("Stop! Please stop talking now.", tmp)
+    yield daemon, bay, sub, client, speech
+    client.close()
+    sub.close()
+    assert daemon.terminate() == 0
+    daemon.close()
+    bay.close()
+
+
+def reply_start(rec: np.ndarray, since: int) -> int:
+    nz = np.flatnonzero(rec[since:])
+    assert len(nz), "the daemon's output was never recorded"
+    return since + int(nz[0])
+
+
+def heard(rec: np.ndarray, start: int, pcm: np.ndarray) -> int:
+    """Samples of `pcm` recorded from `start` on, bit-exactly, followed only by silence."""
+    seg = rec[start:start + len(pcm)]
+    n = len(seg) if np.array_equal(seg, pcm[:len(seg)]) else int(np.flatnonzero(seg != pcm[:len(seg)])[0])
+    assert not np.any(rec[start + n:start + len(pcm) + RATE]), "sound after the reply's recorded prefix"
+    return n
+
+
+def test_reply_plays_bit_exact_and_cursor_follows_the_dac(rig):
+    daemon, bay, sub, client, _ = rig
+    bay.patch(record=True)
+    sub.clear()
+    mark = bay.mark()
+    utt = client.speak(TEXT, stream=True, max_audio_ms=3000)
+    time.sleep(1.2)
+    before = bay.mark()
+    status = client.status()
+    after = bay.mark()
+    done = utt.wait()
+    time.sleep(0.1)
+    pcm = utt.pcm
+    assert done.reason == "length" and len(pcm) == 3000 * RATE // 1000 - 3000 * RATE // 1000 % 1920
+
+    start = reply_start(bay.rec, mark)
+    assert heard(bay.rec, start, pcm) == len(pcm)  # bit-exact, all of it
+    assert done.report["played_ms"] == len(pcm) * 1000 // RATE
+
+    (playing,) = status["audio"]["output"]["replies"]
+    cursor = playing["played_ms"] * RATE // 1000
+    lo, hi = before - start - L - PERIOD - RATE // 1000, after - start - L + PERIOD
+    assert lo <= cursor <= hi, (cursor, lo, hi)
+
+    ticks = [e for e in sub.of("playback") if e["id"] == utt.id]
+    assert ticks[-1] == {**ticks[-1], "final": True, "played_ms": done.report["played_ms"]}
+    assert [t["played_ms"] for t in ticks] == sorted(t["played_ms"] for t in ticks) and len(ticks) >= 10
+
+
+def test_replies_play_in_admission_order_back_to_back(rig):
+    daemon, bay, sub, client, _ = rig
+    bay.patch(record=True)
+    mark = bay.mark()
+    first = client.speak(TEXT, stream=True, max_audio_ms=1500)
+    second = client.speak("A second reply that was generated ahead.", stream=True, max_audio_ms=1000)
+    order = []
+    for utt in (first, second):
+        utt.wait()
+        order.append(utt.id)
+    time.sleep(0.1)
+    a, b = first.pcm, second.pcm
+    start = reply_start(bay.rec, mark)
+    both = np.concatenate([a, b])
+    assert np.array_equal(bay.rec[start:start + len(both)], both)  # gapless: b was generated ahead
+    assert first.done.report["played_ms"] == len(a) * 1000 // RATE
+    assert second.done.report["played_ms"] == len(b) * 1000 // RATE
+
+
+def test_cancel_while_playing_reports_what_was_heard(rig):
+    daemon, bay, sub, client, _ = rig
+    bay.patch(record=True)
+    mark = bay.mark()
+    utt = client.speak(TEXT, stream=True, max_audio_ms=4000)
+    time.sleep(1.0)  # generation (fast) is over; the speaker is still playing
+    utt.cancel()
+    done = utt.wait()
+    time.sleep(0.2)
+    assert done.reason == "cancelled"
+    n = heard(bay.rec, reply_start(bay.rec, mark), utt.pcm)
+    assert 0.6 * RATE < n < 1.4 * RATE
+    assert abs(done.report["played_ms"] * RATE // 1000 - n) <= RATE // 1000
+
+
+def test_user_speech_barges_in(rig):
+    """The speech goes into the microphone together with the daemon's own voice (a loopback), as a
+    room would mix them: the echo canceller removes the voice, the VAD hears the user."""
+    daemon, bay, sub, client, speech = rig
+    bay.patch(record=True, voice=True, loopback=True)
+    time.sleep(0.5)
+    sub.clear()
+    mark = bay.mark()
+    utt = client.speak(TEXT, stream=True, max_audio_ms=5000)
+    time.sleep(1.5)
+    said_at = sub.of("mic")[-1]["first_sample"]  # the user starts speaking after this mic chunk
+    bay.say(speech)
+    done = utt.wait()
+    time.sleep(0.3)
+    assert done.reason == "interrupted", done.report
+    start = reply_start(bay.rec, mark)
+    n = heard(bay.rec, start, utt.pcm)
+    assert abs(done.report["played_ms"] * RATE // 1000 - n) <= RATE // 1000
+    (barge,) = sub.of("barge_in")
+    assert barge["id"] == utt.id and barge["played_ms"] == done.report["played_ms"]
+
+    # decision latency, on the microphone audio the daemon published (16 kHz)
+    (vad_start,) = [e for e in sub.of("vad") if e["state"] == "start"]
+    assert vad_start["while_playing"]
+    mic = sub.mic_audio()
+    first_mic = sub.of("mic")[0]["first_sample"]
+    after = said_at - first_mic
+    onset16 = said_at + int(np.flatnonzero(np.abs(mic[after:]) > 0.02)[0])
+    decision_ms = (vad_start["mic_sample"] - onset16) / 16
+    assert 0 < decision_ms <= VAD_DECISION_MS
+    # speech onset (JACK frames) -> the last sample of the reply on the output port
+    onset = bay.voice_start + int(np.flatnonzero(np.abs(speech) > 0.02)[0])
+    silent_after = start + n - onset
+    assert silent_after <= decision_ms * RATE / 1000 + CUT_FRAMES, (silent_after, decision_ms)
+
+
+def test_own_voice_in_the_microphone_does_not_barge_in(rig):
+    daemon, bay, sub, client, _ = rig
+    bay.patch(record=True, loopback=True)
+    deadline = time.monotonic() + 5
+    while client.status()["audio"]["input"]["speaking"]:  # the last test's user has stopped talking
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    before = client.status()["audio"]["input"]["barge_ins"]
+    utt = client.speak(TEXT, max_audio_ms=4000)
+    done = utt.wait()
+    status = client.status()["audio"]["input"]
+    assert done.reason == "length" and done.report["played_ms"] == done.report["audio_ms"]
+    assert status["barge_ins"] == before
+    assert status["echo_cancel"] and status["echo_erle_db"] > 30, status
+

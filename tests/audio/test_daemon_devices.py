@@ -1,0 +1,80 @@
+"""Audio devices that are not there: the daemon boots and serves anyway, says so in `status`,
+treats `play: true` as configured (silent or rejected), and opens the device once it appears
+(a JACK server started after the daemon), retrying with backoff."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+from support.daemon import Daemon
+
+from edged.client import Client, RequestRejected
+
+TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
+FAST_RETRY = "lost_after_ms = 1000\nreopen_min_ms = 200\nreopen_max_ms = 800\n"
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """A JACK server name nobody runs yet (and no sound card on the test machine)."""
+    name = f"edged-later-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("JACK_DEFAULT_SERVER", name)
+    monkeypatch.setenv("JACK_NO_START_SERVER", "1")
+    return name
+
+
+def test_missing_device_then_it_appears(tmp_path, no_server):
+    if shutil.which("jackd") is None:
+        pytest.skip("jackd is not installed")
+    daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\n{FAST_RETRY}')
+    jackd = None
+    try:
+        with Client(daemon.endpoint) as client:
+            out = client.status()["audio"]["output"]
+            assert out["state"] == "none" and "cannot open output device" in out["error"]
+            done = client.speak(TEXT, max_audio_ms=500).wait()  # on_missing_device = "silent"
+            assert done.reason == "length"
+            assert done.report["played_ms"] == 0 and done.report["playback"] == "no output device"
+
+            jackd = subprocess.Popen(["jackd", "-n", no_server, "--no-realtime", "-t", "5000", "-d", "dummy",
+                                      "-r", "24000", "-p", "256"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while client.status()["audio"]["output"]["state"] != "open":
+                assert time.monotonic() < deadline, client.status()["audio"]
+                time.sleep(0.2)
+            status = client.status()["audio"]
+            assert status["output"]["opened"] == 1 and status["output"]["device"] == "system"
+            done = client.speak(TEXT, max_audio_ms=1000).wait()
+            assert done.reason == "length" and done.report["played_ms"] == done.report["audio_ms"] > 0
+            deadline = time.monotonic() + 10  # the microphone follows the speaker's rescan
+            while client.status()["audio"]["input"]["state"] != "open":
+                assert time.monotonic() < deadline, client.status()["audio"]
+                time.sleep(0.2)
+        assert daemon.terminate() == 0
+    finally:
+        daemon.close()
+        if jackd is not None:
+            jackd.terminate()
+            jackd.wait(10)
+
+
+def test_reject_policy_names_the_missing_device(tmp_path, no_server):
+    daemon = Daemon(tmp_path, config='[events]\nlisten = "none"\n[audio]\non_missing_device = "reject"\n'
+                                     'device = "no-such-speaker"\ninput_device = "none"\n')
+    try:
+        with Client(daemon.endpoint) as client:
+            out = client.status()["audio"]
+            assert out["output"]["state"] == "none" and "no-such-speaker" in out["output"]["error"]
+            assert out["input"] == {"state": "off"}
+            with pytest.raises(RequestRejected, match="no audio device for play: true"):
+                client.speak(TEXT, max_audio_ms=500).wait()
+            done = client.speak(TEXT, max_audio_ms=500, play=False, stream=True).wait()
+            assert done.reason == "length" and "played_ms" not in done.report
+        assert daemon.terminate() == 0
+    finally:
+        daemon.close()

@@ -104,7 +104,8 @@ class AudioConfig:
     """The speaker's ring (device-rate samples in flight to the callback), in ms."""
     ahead_ms: int = 10000
     """Generate-ahead buffer per reply, in ms of audio: a reply whose buffer is full pauses until
-    the speaker drains it (later replies generate ahead while an earlier one plays)."""
+    the speaker drains it (later replies generate ahead while an earlier one plays). The reply
+    playing now also has the speaker's ring: it runs at most ring_ms + ahead_ms ahead."""
     max_replies: int = 0
     """Replies that may hold a generate-ahead buffer at once (0: max_batch + daemon.queue_limit)."""
     playback_event_ms: int = 100

@@ -47,7 +47,7 @@ def main() -> int:
                               "-p", "256"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.5)
     from support.daemon import Daemon
-    from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, heard, reply_start
+    from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, espeak, heard, reply_start
 
     from edged.client import Client
 
@@ -62,7 +62,7 @@ def main() -> int:
         rng = np.random.default_rng(0)
         for run in range(args.runs):
             voice, phrase = VOICES[run % len(VOICES)], PHRASES[run % len(PHRASES)]
-            speech = espeak_voice(phrase, voice, tmp)
+            speech = espeak(phrase, tmp, voice)
             sub.clear()
             mark = bay.mark()
             utt = client.speak(TEXT, stream=True, max_audio_ms=6000)
@@ -107,19 +107,6 @@ def main() -> int:
         print(f"  {key:26s} median {statistics.median(values):8.1f}  min {min(values):8.1f}  max {max(values):8.1f}")
     print(f"  interrupted: {sum(r['reason_ok'] for r in rows):.0f}/{len(rows)}")
     return 0
-
-
-def espeak_voice(text: str, voice: str, tmp: Path) -> np.ndarray:
-    import wave
-
-    import soxr
-
-    path = tmp / "speech.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
-    with wave.open(str(path)) as w:
-        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
-        rate = w.getframerate()
-    return soxr.resample(pcm, rate, 24000).astype(np.float32)
 
 
 if __name__ == "__main__":

@@ -71,8 +71,10 @@ class EchoCanceller:
             self.s_xx[:] = 1e-9
             self.lag = min(max(lag, 0), self.max_lag)
 
-    def process(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> None:
-        """One block: `mic` and `ref` (len == block) in, the residual out (the previous block's)."""
+    def process(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, adapt: bool = True) -> None:
+        """One block: `mic` and `ref` (len == block) in, the residual out (the previous block's).
+        adapt=False (the user is speaking) holds the filter: double talk cannot bias its average,
+        but it adds variance the averages take ~smoothing_s to forget."""
         b = self.block
         self.ref[:-b] = self.ref[b:]
         self.ref[-b:] = ref
@@ -92,7 +94,7 @@ class EchoCanceller:
         m = np.fft.rfft(self.mic * self.window)
         end = len(self.ref) - self.lag
         x = np.fft.rfft(self.ref[end - self.frame:end] * self.window)
-        if sound:
+        if sound and adapt:
             a = self.alpha
             self.s_mx *= a
             self.s_mx += (1 - a) * m * np.conj(x)

@@ -32,6 +32,8 @@ log = logging.getLogger("edged.listener")
 
 MIC_SECONDS = 4.0
 """Microphone samples kept in the tap: how far the listener thread may fall behind."""
+HOLD_AFTER_ERLE_DB = 10.0
+"""While the user speaks, the echo canceller's filter is held once it cancels at least this much."""
 REALIGN_AFTER_S = 0.5
 """The speaker's tap may run this far ahead of the reference before the two are realigned."""
 
@@ -195,7 +197,8 @@ class Listener:
         mic.tap.read(self.index, self.mic_block)
         if self.echo is not None:
             self._reference(mic)
-            self.echo.process(self.mic_block, self.ref_block, self.clean)
+            hold = self.gate.speaking and self.echo.erle_db > HOLD_AFTER_ERLE_DB  # user speech, and a filter worth keeping
+            self.echo.process(self.mic_block, self.ref_block, self.clean, adapt=not hold)
         else:
             self.clean[:] = self.mic_block
         self.index += self.block

@@ -281,7 +281,7 @@ class Speaker:
     def _on_lost(self, playback: Playback, replies: list[tuple[int, Reply]]) -> None:
         why = f"audio device lost: {playback.device_name} stopped calling back for {self.cfg.lost_after_ms} ms"
         log.error("speaker: %s", why)
-        self.playback, self.state = None, "lost"
+        self.playback, self.state, self.error = None, "lost", why
         self.lost += 1
         self.events.publish("device", {"stream": "output", "state": "lost", "device": playback.device_name})
         threading.Thread(target=playback.close, name="edged-speaker-abandon", daemon=True).start()

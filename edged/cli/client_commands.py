@@ -82,6 +82,22 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speaker(out: dict) -> str:
+    if out["state"] != "open":
+        return out["state"] + (f" ({out['error']})" if out.get("error") else "")
+    playing = ", ".join(f"{r['id']} at {r['played_ms']} ms" for r in out["replies"]) or "idle"
+    return (f"{out['device']} at {out['device_rate']} Hz, {playing}; {out['underruns']} underruns, "
+            f"{out['lost']} lost")
+
+
+def _microphone(inp: dict) -> str:
+    if inp["state"] != "open":
+        return inp["state"] + (f" ({inp['error']})" if inp.get("error") else "")
+    echo = f"echo cancelled {inp['echo_erle_db']} dB" if inp["echo_cancel"] else "no echo cancelling"
+    return (f"{inp['device']} at {inp['rate']} Hz, {echo}, barge-in {'on' if inp['barge_in'] else 'off'}; "
+            f"{inp['speech_starts']} speech starts, {inp['barge_ins']} barge-ins")
+
+
 def format_status(s: dict) -> str:
     cohort, queue, counters = s["cohort"], s["queue"], s["counters"]
     done = ", ".join(f"{k} {v}" for k, v in counters["done"].items())
@@ -95,7 +111,8 @@ def format_status(s: dict) -> str:
         ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),
         ("done", done),
         ("frames", f"{counters['frames']} in {counters['steps']} steps"),
-        ("audio", s["audio"]),
+        ("speaker", _speaker(s["audio"]["output"])),
+        ("microphone", _microphone(s["audio"]["input"])),
     ]
     rows += [(f"memory {part}", f"{size / 2**20:.2f} MiB") for part, size in s["memory"].items()]
     rows.append(("memory total", f"{sum(s['memory'].values()) / 2**20:.2f} MiB"))

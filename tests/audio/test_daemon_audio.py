@@ -144,11 +144,12 @@ class Subscriber:
         self.socket.close(linger=0)
 
 
-def espeak(text: str, tmp) -> np.ndarray:
+def espeak(text: str, tmp, voice: str = "en-us") -> np.ndarray:
+    """Speech rendered by espeak-ng, at RATE."""
     import soxr
 
     path = tmp / "speech.wav"
-    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(path), text], check=True)
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
     with wave.open(str(path)) as w:
         pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
         rate = w.getframerate()
@@ -160,7 +161,10 @@ def rig(jack_server, tmp_path_factory):
     """One daemon on the module's JACK server, its event socket, and the patchbay."""
     tmp = tmp_path_factory.mktemp("audio-daemon")
     events = f"ipc://{tmp / 'events.sock'}"
-    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\nlost_after_ms = 5000\n')
+    # a reply may run only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here
+    # also exercises generation paused on a full buffer and resumed as the speaker drains it
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\nlost_after_ms = 5000\nring_ms = 300\n'
+                                'ahead_ms = 400\n')
     bay = Patchbay(jack_server.name)
     sub = Subscriber(events)
     client = Client(daemon.endpoint)
@@ -235,12 +239,26 @@ def test_replies_play_in_admission_order_back_to_back(rig):
     assert second.done.report["played_ms"] == len(b) * 1000 // RATE
 
 
+def test_generation_paced_by_the_speaker_makes_the_same_frames(rig):
+    """A reply held back by its full buffer (and stepped without the paused member in between)
+    produces exactly the frames of one that never waits."""
+    daemon, bay, sub, client, _ = rig
+    bay.patch(record=True)
+    paced = client.speak(TEXT, max_audio_ms=3000, report_codes=True)
+    free = client.speak(TEXT, max_audio_ms=3000, report_codes=True, play=False)
+    a, b = paced.wait(), free.wait()
+    assert a.reason == b.reason == "length"
+    assert a.report["rvq_codes"] == b.report["rvq_codes"] and len(a.report["rvq_codes"]) == 37
+    assert a.report["played_ms"] == a.report["audio_ms"]
+    assert a.report["rtf"] > 0.5 > b.report["rtf"]  # paced by the speaker (3 s, 0.7 s ahead) vs free-running
+
+
 def test_cancel_while_playing_reports_what_was_heard(rig):
     daemon, bay, sub, client, _ = rig
     bay.patch(record=True)
     mark = bay.mark()
     utt = client.speak(TEXT, stream=True, max_audio_ms=4000)
-    time.sleep(1.0)  # generation (fast) is over; the speaker is still playing
+    time.sleep(1.0)  # generation runs at most 700 ms ahead of the speaker
     utt.cancel()
     done = utt.wait()
     time.sleep(0.2)

@@ -168,3 +168,29 @@ def test_busy_when_the_queue_is_full(start_daemon):
             except RequestRejected as exc:
                 outcomes.append(exc.reason)
     assert outcomes.count("length") == 5 and outcomes.count("busy") == 3  # 4 slots + 1 queued
+
+
+def test_cli_say_and_status(shared_daemon, tmp_path):
+    """`edged say` prints the done report; `edged status` shows the cohort, the speaker and the microphone."""
+    import json
+    import subprocess
+    import sys
+
+    edged = [sys.executable, "-m", "edged"]
+    wav = tmp_path / "hello.wav"
+    said = subprocess.run([*edged, "say", "Hello there.", "--max-audio-ms", "400", "--no-play", "--out", str(wav),
+                           "--endpoint", shared_daemon.endpoint], capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    report = json.loads(said.stdout)
+    assert report["reason"] == "length" and report["frames"] == 5 and "played_ms" not in report
+    assert wav.stat().st_size == 44 + 5 * 1920 * 2
+    shown = subprocess.run([*edged, "status", "--endpoint", shared_daemon.endpoint], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    rows = dict(line.split(None, 1) for line in shown.stdout.splitlines() if line.split(None, 1)[0] in
+                ("state", "speaker", "microphone"))
+    raw = json.loads(subprocess.run([*edged, "status", "--json", "--endpoint", shared_daemon.endpoint],
+                                    capture_output=True, text=True, timeout=60).stdout)
+    assert rows["state"] == "serving"
+    assert rows["speaker"].startswith(raw["audio"]["output"]["state"])
+    assert rows["microphone"].startswith(raw["audio"]["input"]["state"])

@@ -1,0 +1,93 @@
+"""The echo canceller and the taps it reads, on synthetic signals with a known echo path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edged.audio.echo import EchoCanceller
+from edged.audio.tap import Tap
+
+RATE, BLOCK = 24000, 256
+
+
+def speechlike(seconds: float, seed: int) -> np.ndarray:
+    """Noise with a syllable-rate envelope: broadband like a voice, never periodic."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * RATE)
+    envelope = (0.5 + 0.5 * np.sin(np.arange(n) / RATE * 2 * np.pi * 3.3)) ** 2
+    return (0.1 * rng.standard_normal(n) * envelope).astype(np.float32)
+
+
+def run(mic: np.ndarray, ref: np.ndarray, ec: EchoCanceller, hold: slice | None = None) -> np.ndarray:
+    """Block by block; the filter is held (adapt=False) for blocks starting inside `hold`."""
+    out = np.zeros(len(mic), dtype=np.float32)
+    block = np.zeros(BLOCK, dtype=np.float32)
+    for i in range(0, len(mic) - BLOCK + 1, BLOCK):
+        adapt = hold is None or not hold.start <= i < hold.stop
+        ec.process(mic[i:i + BLOCK], ref[i:i + BLOCK], block, adapt=adapt)
+        out[i:i + BLOCK] = block
+    return out
+
+
+def db(x: np.ndarray) -> float:
+    return float(10 * np.log10(np.mean(x.astype(np.float64) ** 2) + 1e-20))
+
+
+def echo_of(ref: np.ndarray, delay: int, path: np.ndarray) -> np.ndarray:
+    delayed = np.concatenate([np.zeros(delay, np.float32), ref])[:len(ref)]
+    return np.convolve(delayed, path)[:len(ref)].astype(np.float32)
+
+
+def test_finds_the_delay_and_removes_the_echo():
+    ref = speechlike(4.0, 0)
+    mic = echo_of(ref, 1700, np.array([0.7, 0.25, -0.1, 0.05], np.float32))
+    ec = EchoCanceller(RATE, BLOCK)
+    out = run(mic, ref, ec)
+    assert ec.lag == 1700 and ec.lags_found >= 3
+    late = slice(2 * RATE, 4 * RATE)
+    assert db(mic[late]) - db(out[late]) > 40  # ERLE once converged
+    assert ec.erle_db > 40
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_user_speech_passes_through_during_double_talk(held):
+    """The user's voice comes out unchanged. Adapting through the double talk costs ERLE for about
+    the averages' memory afterwards; holding the filter (the listener does, while the VAD hears
+    speech) keeps it."""
+    ref = speechlike(6.0, 1)
+    voice = np.zeros_like(ref)
+    t = np.arange(RATE) / RATE
+    voice[4 * RATE:5 * RATE] = (0.1 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t) ** 2).astype(np.float32)
+    mic = echo_of(ref, 600, np.array([0.5, 0.2], np.float32)) + voice
+    out = run(mic, ref, EchoCanceller(RATE, BLOCK), hold=slice(4 * RATE, 5 * RATE) if held else None)
+    heard = out[4 * RATE + BLOCK:5 * RATE]  # the output lags by one block
+    assert np.corrcoef(heard, voice[4 * RATE:5 * RATE - BLOCK])[0, 1] > 0.99
+    after = slice(5 * RATE + BLOCK, 6 * RATE)
+    assert db(mic[after]) - db(out[after]) > (40 if held else 15)  # the filter never diverges
+
+
+def test_shift_keeps_the_filter_when_the_reference_moves():
+    ref = speechlike(5.0, 2)
+    mic = echo_of(ref, 900, np.array([0.6], np.float32))
+    ec = EchoCanceller(RATE, BLOCK)
+    run(mic[:3 * RATE], ref[:3 * RATE], ec)
+    assert ec.lag == 900
+    ec.shift(-200)  # the listener realigned: the reference now arrives 200 samples earlier
+    assert ec.lag == 700
+    ec.shift(10 * RATE)  # out of range: start over
+    assert ec.lag == ec.max_lag and not np.any(ec.s_mx)
+
+
+def test_tap_reads_by_index_and_time_with_zeros_for_what_it_lacks():
+    tap = Tap(1000, 1.0)
+    for k in range(30):  # 30 blocks of 100 samples, 0.1 s apart, more than the tap holds
+        tap.record(np.full(100, k, np.float32), 5.0 + 0.1 * k)
+    assert tap.written == 3000
+    assert tap.index_at(5.0 + 0.1 * 29 + 0.05) == 2950
+    assert tap.time_of(2950) == 5.0 + 0.1 * 29 + 0.05
+    out = np.empty(300, np.float32)
+    tap.read(1900, out)  # 1900..2000 were overwritten (capacity 1000): zeros, then blocks 20 and 21
+    assert not out[:100].any() and (out[100:200] == 20).all() and (out[200:] == 21).all()
+    tap.read(2950, out)  # past the newest sample: zeros
+    assert (out[:50] == 29).all() and not out[50:].any()

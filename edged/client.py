@@ -226,9 +226,11 @@ class Client:
         """Append a user/system/assistant turn to a session's history."""
         self._send(protocol.encode(protocol.Turn(session=session, role=role, content=content)), "turn")
 
-    def history(self, session: str, wait: bool = False) -> list[dict[str, Any]]:
-        """The session's turns, oldest first: [{role, content, interrupted?, response_id?}]."""
-        self._send(protocol.encode(protocol.History(session=session, wait=wait)), f"history {session!r}")
+    def history(self, session: str, wait: bool = False, close: bool = False) -> list[dict[str, Any]]:
+        """The session's turns, oldest first: [{role, content, interrupted?, response_id?, pending?}].
+        wait: first let pending calibrations finish (one bounded deadline); close: then release the
+        session's cursors, recordings and runs in the daemon."""
+        self._send(protocol.encode(protocol.History(session=session, wait=wait, close=close)), f"history {session!r}")
         reply = self._next_reply(lambda r: isinstance(r, HistoryReply) and r.session == session,
                                  f"history {session!r}")
         assert isinstance(reply, HistoryReply)

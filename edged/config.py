@@ -138,6 +138,30 @@ class EventsConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    path: str = ""
+    """SQLite file of every session's turns. Empty: <state dir>/history.sqlite3."""
+    policy: str = "rate"
+    """How an interrupted reply's heard text is estimated: rate | asr | none (all or nothing)."""
+    wait_ms: int = 2000
+    """`history` with wait: true waits at most this long for pending calibrations."""
+    timeout_ms: int = 1000
+    """One calibration run's deadline (asr: queue, HTTP and matching together)."""
+    guard_ms: int = 160
+    """Subtracted from played_ms before estimating (a word being spoken at the cut is not heard)."""
+    default_ms_per_unit: float = 330.0
+    """rate: milliseconds per text unit (a word, or a CJK character) before a voice's rate is learned."""
+    max_audio_bytes: int = 8 << 20
+    """asr: reply audio kept per session for calibration (whole replies, oldest evicted first)."""
+    max_reply_audio_ms: int = 60000
+    """asr: a reply longer than this is not recorded (its calibration keeps the default)."""
+    asr_url: str = ""
+    """asr: the full URL of an OpenAI-compatible transcription endpoint (http or https)."""
+    asr_model: str = ""
+    """asr: the `model` form field sent to it."""
+
+
+@dataclass(frozen=True)
 class SamplingConfig:
     """Defaults for requests that do not say (empty: the artifact's generation defaults)."""
 
@@ -157,6 +181,7 @@ class Config:
     audio: AudioConfig = field(default_factory=AudioConfig)
     vad: VadConfig = field(default_factory=VadConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def with_overrides(self, *, artifact: str | None = None, listen: str | None = None,
@@ -175,6 +200,10 @@ class Config:
     @property
     def endpoint(self) -> str:
         return self.daemon.listen or default_endpoint()
+
+    @property
+    def history_path(self) -> Path:
+        return Path(self.history.path) if self.history.path else state_dir() / "history.sqlite3"
 
     @property
     def events_endpoint(self) -> str | None:
@@ -252,6 +281,16 @@ def _validate(config, source: str) -> None:
                 raise ConfigError(f"{source}: audio.{name} must be >= 1")
         if config.latency_ms < 0:
             raise ConfigError(f"{source}: audio.latency_ms must be >= 0")
+    if isinstance(config, HistoryConfig):
+        if config.policy not in ("rate", "asr", "none"):
+            raise ConfigError(f"{source}: history.policy must be rate, asr or none, got {config.policy!r}")
+        if config.policy == "asr" and not (config.asr_url and config.asr_model):
+            raise ConfigError(f"{source}: history.policy = \"asr\" needs history.asr_url and history.asr_model")
+        for name in ("wait_ms", "timeout_ms", "max_audio_bytes", "max_reply_audio_ms"):
+            if getattr(config, name) < 1:
+                raise ConfigError(f"{source}: history.{name} must be >= 1")
+        if config.guard_ms < 0 or config.default_ms_per_unit <= 0:
+            raise ConfigError(f"{source}: history.guard_ms must be >= 0 and history.default_ms_per_unit > 0")
     if isinstance(config, VadConfig):
         if not 0.15 < config.threshold < 1:
             raise ConfigError(f"{source}: vad.threshold must be in (0.15, 1), got {config.threshold}")

@@ -18,14 +18,21 @@ import signal
 import threading
 import time
 
+import zmq
+
 from edged.artifact import load_artifact
 from edged.audio.listener import Listener
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
 from edged.config import Config, ConfigError
 from edged.events import Events
+from edged.history.policies import make_policy
+from edged.history.rates import VoiceRates
+from edged.history.recorder import Recorder
+from edged.history.service import History
+from edged.history.store import Store
 from edged.scheduler.loop import CohortLoop, Drain, PlaybackEnded
-from edged.server import Server
+from edged.server import REPLIES, Server
 from edged.systemd import Notifier, Watchdog
 from edged.talker.sampling import Sampling
 
@@ -44,6 +51,7 @@ class Daemon:
         try:
             self.serve(loop)
         finally:
+            self.history.stop()  # its last replies go out before the server's pipe closes
             server.stop()
             if self.listener is not None:
                 self.listener.stop()
@@ -64,15 +72,19 @@ class Daemon:
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint)
         self.speaker = self._speaker(artifact)
+        self.history, recorder = self._history(artifact)
         loop = CohortLoop(artifact, backend, reply=lambda *_: None, queue_limit=cfg.daemon.queue_limit,
                           chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
                           speaker=self.speaker, reject_play_without_device=cfg.audio.on_missing_device == "reject",
-                          progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps)
+                          progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
+                          history=self.history, recorder=recorder)
         if self.speaker is not None:
             self.speaker.ended = lambda reply: loop.inbox.put(PlaybackEnded(reply))
         claimed = loop.preallocate()
         if self.speaker is not None:
             claimed["speaker buffers"] = self.speaker.claimed_bytes
+        if recorder is not None:
+            claimed["history recordings"] = recorder.claimed_bytes
         for part, size in claimed.items():
             log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
         log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
@@ -86,8 +98,10 @@ class Daemon:
             self.listener.start()
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
-        server = Server(cfg.endpoint, loop, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults)
+        server = Server(cfg.endpoint, loop, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
+                        history=self.history)
         server.start()
+        self.history.start()
         log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
                  artifact.path, artifact.max_batch, time.monotonic() - t0)
         self.notifier.ready()
@@ -116,6 +130,21 @@ class Daemon:
                                      f"{s['counters']['accepted']} accepted")
                 last_status = now
         log.warning("second signal: exiting without draining")
+
+    def _history(self, artifact) -> tuple[History, Recorder | None]:
+        """The history thread over its SQLite file, and per-slot recordings when the policy needs audio."""
+        h = self.config.history
+        store = Store(self.config.history_path)
+        rates = VoiceRates(h.default_ms_per_unit, known=store.voice_rates())
+        policy = make_policy(h.policy, rates=rates, guard_ms=h.guard_ms, asr_url=h.asr_url, asr_model=h.asr_model,
+                             asr_timeout_s=h.timeout_ms / 1000)
+        history = History(store, policy, rates, context=zmq.Context.instance(), replies=REPLIES,
+                          max_bytes=h.max_audio_bytes, timeout_s=h.timeout_ms / 1000, wait_s=h.wait_ms / 1000)
+        log.info("history: %s (policy %s)", store.path, h.policy)
+        recorder = None
+        if policy is not None and policy.requires_audio:
+            recorder = Recorder(artifact.max_batch, h.max_reply_audio_ms * artifact.sample_rate // 1000)
+        return history, recorder
 
     def _speaker(self, artifact) -> Speaker | None:
         """The local speaker, unless the config says device = "none"."""

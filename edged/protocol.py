@@ -129,7 +129,7 @@ def _sampling(v: Any, where: str) -> None:
         _check(OPT_INT if k == "seed" else NUMBER, x, f"{where}.{k}")
 
 
-TURN_KEYS = ("role", "content", "interrupted", "response_id")
+TURN_KEYS = ("role", "content", "interrupted", "response_id", "pending")
 
 
 def _turns(v: Any, where: str) -> None:
@@ -144,6 +144,8 @@ def _turns(v: Any, where: str) -> None:
             _check(BOOL, turn["interrupted"], f"{at}.interrupted")
         if "response_id" in turn:
             _check(ID, turn["response_id"], f"{at}.response_id")
+        if "pending" in turn:
+            _check(BOOL, turn["pending"], f"{at}.pending")
 
 
 SAMPLING: Spec = {"check": _sampling}
@@ -225,6 +227,9 @@ class History:
     session: str = field(metadata=STR)
     wait: bool = field(default=False, metadata=BOOL)
     """First wait (one bounded deadline) for the session's pending calibrations."""
+    close: bool = field(default=False, metadata=BOOL)
+    """After answering, release what the daemon holds for the session (cursors, recordings, runs);
+    its turns stay on disk."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import zmq
 
 from edged import protocol as wire
+from edged.history.service import Ack, AddTurn, History, Query, Reserve
 from edged.request import SpeechRequest
 from edged.scheduler.loop import Cancel, CohortLoop, StatusQuery, Submit
 from edged.talker.sampling import Sampling
@@ -28,9 +29,11 @@ HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times 
 
 
 class Server:
-    def __init__(self, endpoint: str, loop: CohortLoop, *, max_message_bytes: int, defaults: Sampling):
+    def __init__(self, endpoint: str, loop: CohortLoop, *, max_message_bytes: int, defaults: Sampling,
+                 history: History | None = None):
         self.endpoint = endpoint
         self.loop = loop
+        self.history = history
         self.max_bytes = max_message_bytes
         self.defaults = defaults
         self.context: zmq.Context = zmq.Context.instance()
@@ -105,17 +108,38 @@ class Server:
             log.warning("bad message: %s", exc.reason, extra={"request_id": str(exc.id) if exc.id is not None else ""})
             self.router.send_multipart([client, *wire.encode(wire.Error(exc.reason, exc.id))])
             return
-        self.loop.inbox.put(command)
+        if command is not None:
+            self.loop.inbox.put(command)
 
     def _command(self, client: bytes, message):
+        """The loop's command for a message; None when the history thread takes it instead."""
         if isinstance(message, wire.Speak):
-            return Submit(client, self._request(message), stream=message.stream, format=message.format,
-                          play=message.play, report_codes=message.report_codes)
+            request = self._request(message)
+            session = message.session or None
+            if session is not None:  # the reply's slot in the history comes before anything sent after it
+                self._history(message).inbox.put(Reserve(client, message.id, session, message.text, message.voice,
+                                                         local=message.play))
+            return Submit(client, request, stream=message.stream, format=message.format, play=message.play,
+                          report_codes=message.report_codes, session=session)
         if isinstance(message, wire.Cancel):
             return Cancel(client, message.id)
         if isinstance(message, wire.Status):
             return StatusQuery(client)
+        if isinstance(message, wire.Ack):
+            self._history(message).inbox.put(Ack(client, message))
+            return None
+        if isinstance(message, wire.Turn):
+            self._history(message).inbox.put(AddTurn(client, message))
+            return None
+        if isinstance(message, wire.History):
+            self._history(message).inbox.put(Query(client, message))
+            return None
         raise wire.ProtocolError(f"op {message.op!r} is not supported by this daemon yet", getattr(message, "id", None))
+
+    def _history(self, message) -> History:
+        if self.history is None:
+            raise wire.ProtocolError(f"{message.op}: this daemon keeps no history", getattr(message, "id", None))
+        return self.history
 
     def _request(self, m: wire.Speak) -> SpeechRequest:
         if m.more_text:

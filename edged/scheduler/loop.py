@@ -28,6 +28,8 @@ from edged.artifact import Artifact
 from edged.audio.speaker import Reply as SpeakerReply
 from edged.audio.speaker import Speaker
 from edged.backends import Backend
+from edged.history.recorder import Recorder
+from edged.history.service import Ended, History, Unreserve
 from edged.protocol import Accepted, Audio, Done, Rejected, StatusReply
 from edged.request import SpeechRequest
 from edged.scheduler.scheduler import Entry, Scheduler
@@ -57,6 +59,8 @@ class Submit:
     format: str = "f32le"
     play: bool = True
     report_codes: bool = False
+    session: str | None = None
+    """The conversation whose history gets this reply (the history thread reserved its slot)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class Job:
     played: int | None = None
     """Samples heard, once the speaker says the reply has ended."""
     generated_at: float | None = None
+    pcm: np.ndarray | None = None
+    """The whole reply's audio for calibration (asr policy), taken when generation ends."""
     reason: str | None = None
     """A terminal reason decided outside generation (cancelled while playing, interrupted, error)."""
 
@@ -122,8 +128,10 @@ class CohortLoop:
     def __init__(self, artifact: Artifact, backend: Backend, reply: Reply, *, queue_limit: int = 16,
                  chunk_frames: int = 4, first_chunk_frames: int = 1, speaker: Speaker | None = None,
                  reject_play_without_device: bool = False, progress: Callable[[], None] = lambda: None,
-                 stall_after_steps: int = 0):
+                 stall_after_steps: int = 0, history: History | None = None, recorder: Recorder | None = None):
         self.artifact = artifact
+        self.history = history
+        self.recorder = recorder
         self.reply = reply
         self.progress = progress
         self.speaker = speaker
@@ -245,6 +253,8 @@ class CohortLoop:
         if reason is not None:
             self.counters.rejected += 1
             self.reply(s.client, Rejected(s.request.id, reason), None)
+            if s.session and self.history is not None:
+                self.history.inbox.put(Unreserve(s.client, s.request.id))
             return
         self.counters.accepted += 1
         if s.play and self.speaker is not None:
@@ -303,6 +313,8 @@ class CohortLoop:
             try:
                 job.member = self.talker.prepare(job.submit.request, slot)
                 self.vocoder.prepare(slot)
+                if self.recorder is not None and job.submit.session:
+                    self.recorder.start(slot)
             except Exception as exc:  # a bad request fails alone; the cohort goes on
                 log.error("prepare failed\n%s", traceback.format_exc(), extra={"request_id": str(job.submit.request.id)})
                 job.error = f"prepare failed: {exc}"
@@ -329,6 +341,8 @@ class CohortLoop:
         job: Job = entry.payload
         if job.member is not None:
             self.talker.finish(job.member, reason)
+            if self.recorder is not None:
+                job.pcm = self.recorder.take(job.member.slot)
             if reason in ("eos", "length"):
                 try:
                     self.vocoder.finish(job.member.slot)  # decode the tail: the utterance completes
@@ -364,6 +378,8 @@ class CohortLoop:
         job.samples_sent = first_sample + samples.shape[0]
         if job.reply is not None and self.speaker is not None:
             self.speaker.write(job.reply, samples)
+        if self.recorder is not None:
+            self.recorder.write(slot, first_sample, samples)
         if not job.submit.stream:
             return
         if job.submit.format == "s16le":
@@ -383,7 +399,13 @@ class CohortLoop:
         job: Job = entry.payload
         reason = job.reason or entry.status.reason
         self.counters.done[reason] += 1
-        self.reply(job.submit.client, Done(job.submit.request.id, reason, job.error, self._report(job, reason)), None)
+        report = self._report(job, reason)
+        self.reply(job.submit.client, Done(job.submit.request.id, reason, job.error, report), None)
+        if job.submit.session and self.history is not None:
+            played = report.get("played_ms") if job.submit.play else None
+            generated_ms = job.samples_sent * 1000 // self.artifact.sample_rate
+            self.history.inbox.put(Ended(job.submit.client, job.submit.request.id, reason, generated_ms, played,
+                                         job.pcm, self.artifact.sample_rate))
         log.info("done", extra={"request_id": str(job.submit.request.id), "reason": reason})
 
     def _report(self, job: Job, reason: str) -> dict:
@@ -424,4 +446,5 @@ class CohortLoop:
             "audio": {"output": self.speaker.status() if self.speaker is not None else {"state": "off"},
                       "input": self.input_status()},
             "playing": len(self.playing),
+            "history": self.history.snapshot if self.history is not None else {},
         }

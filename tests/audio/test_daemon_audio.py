@@ -28,6 +28,7 @@ import zmq
 from support.daemon import Daemon
 
 from edged.client import Client
+from edged.history.text import units
 
 if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
     pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
@@ -164,7 +165,7 @@ def rig(jack_server, tmp_path_factory):
     # a reply may run only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here
     # also exercises generation paused on a full buffer and resumed as the speaker drains it
     daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\nlost_after_ms = 5000\nring_ms = 300\n'
-                                'ahead_ms = 400\n')
+                                'ahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n')
     bay = Patchbay(jack_server.name)
     sub = Subscriber(events)
     client = Client(daemon.endpoint)
@@ -276,7 +277,7 @@ def test_user_speech_barges_in(rig):
     time.sleep(0.5)
     sub.clear()
     mark = bay.mark()
-    utt = client.speak(TEXT, stream=True, max_audio_ms=5000)
+    utt = client.speak(TEXT, stream=True, max_audio_ms=5000, session="barge")
     time.sleep(1.5)
     said_at = sub.of("mic")[-1]["first_sample"]  # the user starts speaking after this mic chunk
     bay.say(speech)
@@ -302,6 +303,17 @@ def test_user_speech_barges_in(rig):
     onset = bay.voice_start + int(np.flatnonzero(np.abs(speech) > 0.02)[0])
     silent_after = start + n - onset
     assert silent_after <= decision_ms * RATE / 1000 + CUT_FRAMES, (silent_after, decision_ms)
+
+    # the history holds what was heard: whole words, as many as the recording's length says
+    (turn,) = client.history("barge", wait=True)
+    assert turn["interrupted"] and turn["response_id"] == utt.id and TEXT.startswith(turn["content"])
+    words = units(TEXT)
+    assert turn["content"] == "" or any(turn["content"] == TEXT[:w.end] for w in words)  # ends on a word
+    rates = client.status()["history"]["voice_ms_per_unit"]
+    ms_per_unit = rates.get("(default)", 250.0)
+    heard_ms = n * 1000 / RATE  # the recording's length of the reply
+    count = int(max(0.0, heard_ms - 160) // ms_per_unit)
+    assert len(units(turn["content"])) in {max(0, count - 1), max(0, count - 2)}  # one withheld; ms rounding
 
 
 def test_own_voice_in_the_microphone_does_not_barge_in(rig):

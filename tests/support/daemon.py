@@ -18,7 +18,10 @@ GREEDY = "\n[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\nrepetition_pena
 
 
 class Daemon:
-    def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None):
+    def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None,
+                 state: Path | None = None):
+        """state: the daemon's state directory parent (XDG_STATE_HOME); default tmp/state. Give a
+        restarted daemon the first one's to keep its history."""
         self.tmp = tmp
         self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
         self.notify_path = str(tmp / "notify.sock")
@@ -28,7 +31,8 @@ class Daemon:
         # Greedy by default: the tests count frames, and greedy is deterministic (their texts were
         # checked not to reach eos on the built-in model within the frames they ask for).
         (tmp / "edged.toml").write_text(config + GREEDY)
-        env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1",
+               "XDG_STATE_HOME": str(state or tmp / "state")}  # the history database: in the test's directory
         env.pop("JOURNAL_STREAM", None)
         env.pop("INVOCATION_ID", None)
         if watchdog_usec:

@@ -1,0 +1,138 @@
+"""History through the real daemon: sessions, turns in order, acks from a client that plays the
+streamed audio itself, the rate policy's heard prefix, and durability through kill -9."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+
+import pytest
+from support.daemon import Daemon
+
+from edged.client import Client
+from edged.history.text import units
+
+TEXT = "Hello there, this is a test of the history, and it goes on for a while."
+MS_PER_UNIT = 250.0
+GUARD_MS = 160
+CONFIG = f'[events]\nlisten = "none"\n[audio]\ndevice = "none"\ninput_device = "none"\n' \
+         f'[history]\npolicy = "rate"\ndefault_ms_per_unit = {MS_PER_UNIT}\n'
+
+
+def expected_prefix(text: str, played_ms: float) -> str:
+    """The rate policy's rule, stated independently: whole units heard after the guard, less one."""
+    count = min(len(units(text)), math.floor(max(0.0, played_ms - GUARD_MS) / MS_PER_UNIT))
+    kept = units(text)[:max(0, count - 1)]
+    return text[:kept[-1].end] if kept else ""
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG)
+    yield d
+    d.close()
+
+
+def test_turns_keep_their_order_and_acks_give_the_heard_prefix(daemon):
+    with Client(daemon.endpoint) as client:
+        client.turn("conv", "system", "You are a robot.")
+        client.turn("conv", "user", "Tell me something.")
+        utt = client.speak(TEXT, session="conv", play=False, stream=True, max_audio_ms=4000)
+        client.turn("conv", "user", "Stop.")  # sent while the reply is still being generated
+        done = utt.wait()
+        assert done.reason == "length"
+        for ms in (500, 1000, 1500):  # periodic acks while the client plays it
+            client.ack(utt.id, ms)
+        client.ack(utt.id, 1700, final=True)  # the client's playback was cut here
+        turns = client.history("conv", wait=True)
+    heard = expected_prefix(TEXT, 1700)
+    assert heard and TEXT.startswith(heard) and len(heard) < len(TEXT)
+    assert turns == [{"role": "system", "content": "You are a robot."},
+                     {"role": "user", "content": "Tell me something."},
+                     {"role": "assistant", "content": heard, "interrupted": True, "response_id": utt.id},
+                     {"role": "user", "content": "Stop."}]
+
+
+def test_a_stricter_final_ack_shortens_the_prefix(daemon):
+    with Client(daemon.endpoint) as client:
+        utt = client.speak(TEXT, session="c", play=False, stream=True, max_audio_ms=4000)
+        utt.wait()
+        client.ack(utt.id, 3000, final=True)
+        long = client.history("c", wait=True)[-1]["content"]
+        client.ack(utt.id, 1200, final=True)
+        short = client.history("c", wait=True)[-1]["content"]
+        client.ack(utt.id, 4000)  # an ordinary ack cannot undo a final one
+        again = client.history("c", wait=True)[-1]["content"]
+    assert long == expected_prefix(TEXT, 3000) and short == again == expected_prefix(TEXT, 1200)
+    assert len(short) < len(long)
+
+
+@pytest.fixture(scope="module")
+def finishing_artifact(checkpoints, tmp_path_factory):
+    """The built-in model's checkpoint with its eos logit row made 1.5x the row of the code that
+    greedy decoding picks at frame 4 of "Yes.": the reply then finishes (eos) within a few frames."""
+    from safetensors.torch import load_file, save_file
+
+    from edged.artifact import load_artifact
+    from edged.backends import make_backend
+    from edged.request import SpeechRequest
+    from edged.synth import Synthesizer
+    from edged.talker.sampling import Sampling
+    from engines.export import export
+
+    synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))
+    (plain,) = synth.synthesize([SpeechRequest(id="p", text="Yes.", sampling=Sampling.greedy(), max_frames=8)])
+    token = int(plain.frames[4, 0])
+    out = tmp_path_factory.mktemp("finishing")
+    shutil.copytree(checkpoints(0), out / "ckpt")
+    weights = load_file(out / "ckpt" / "model.safetensors")
+    weights["talker.codec_head.weight"][2150] = weights["talker.codec_head.weight"][token] * 1.5
+    save_file(weights, str(out / "ckpt" / "model.safetensors"), metadata={"format": "pt"})
+    export(out / "ckpt", out / "art", max_batch=2, max_seq=128)
+    return out / "art"
+
+
+def test_a_fully_played_finished_reply_keeps_its_whole_text(tmp_path, finishing_artifact):
+    daemon = Daemon(tmp_path, config=CONFIG.replace("[history]", f'[daemon]\nartifact = "{finishing_artifact}"\n[history]'))
+    try:
+        with Client(daemon.endpoint) as client:
+            utt = client.speak("Yes.", session="full", play=False, stream=True, max_audio_ms=4000)
+            done = utt.wait()
+            assert done.reason == "eos", done.report
+            client.ack(utt.id, done.report["audio_ms"] / 2)  # a periodic ack on the way
+            client.ack(utt.id, done.report["audio_ms"], final=True)
+            turn = client.history("full", wait=True)[-1]
+            status = client.status()["history"]
+    finally:
+        daemon.close()
+    assert turn == {"role": "assistant", "content": "Yes.", "interrupted": False, "response_id": utt.id}
+    assert status["calibrating"] == 0 and "(default)" in status["voice_ms_per_unit"]  # it learned the voice's rate
+
+
+def test_history_survives_kill_9(tmp_path):
+    first = Daemon(tmp_path, config=CONFIG)
+    try:
+        with Client(first.endpoint) as client:
+            client.turn("k", "user", "Remember this.")
+            utt = client.speak(TEXT, session="k", play=False, stream=True, max_audio_ms=2000)
+            utt.wait()
+            client.ack(utt.id, 1500, final=True)
+            before = client.history("k", wait=True)
+            client.turn("k", "user", "And this.")
+            running = client.speak(TEXT, session="k", play=False, max_audio_ms=60000)  # still going at the kill
+            client.history("k")  # every turn above is committed once the daemon answered this
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+    finally:
+        first.close()
+    (tmp_path / "again").mkdir()
+    second = Daemon(tmp_path / "again", config=CONFIG, state=tmp_path / "state")
+    try:
+        with Client(second.endpoint) as client:
+            after = client.history("k")
+    finally:
+        second.close()
+    assert after[:2] == before and after[2] == {"role": "user", "content": "And this."}
+    assert after[3] == {"role": "assistant", "content": "", "interrupted": True, "response_id": running.id}
+    assert len(after) == 4

@@ -400,12 +400,12 @@ class CohortLoop:
         reason = job.reason or entry.status.reason
         self.counters.done[reason] += 1
         report = self._report(job, reason)
-        self.reply(job.submit.client, Done(job.submit.request.id, reason, job.error, report), None)
-        if job.submit.session and self.history is not None:
+        if job.submit.session and self.history is not None:  # first: whatever the client sends after done comes after it
             played = report.get("played_ms") if job.submit.play else None
             generated_ms = job.samples_sent * 1000 // self.artifact.sample_rate
             self.history.inbox.put(Ended(job.submit.client, job.submit.request.id, reason, generated_ms, played,
                                          job.pcm, self.artifact.sample_rate))
+        self.reply(job.submit.client, Done(job.submit.request.id, reason, job.error, report), None)
         log.info("done", extra={"request_id": str(job.submit.request.id), "reason": reason})
 
     def _report(self, job: Job, reason: str) -> dict:

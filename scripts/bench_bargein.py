@@ -53,7 +53,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="edged-bench-"))
     events = f"ipc://{tmp / 'events.sock'}"
-    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n')
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n')
     bay, sub = Patchbay(name), Subscriber(events)
     rows: list[dict[str, float]] = []
     try:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from edged.audio.echo import EchoCanceller
-from edged.audio.portaudio import close_stream, device_arg, sounddevice
+from edged.audio.portaudio import close_stream, device_arg, open_error, sounddevice
 from edged.audio.speaker import Speaker
 from edged.audio.tap import Tap
 from edged.audio.vad import SpeechGate, Vad
@@ -117,7 +117,7 @@ class Listener:
                 mic = Microphone(device_arg(self.cfg.input_device), rate, self.cfg.blocksize,
                                  self.cfg.latency_ms / 1000 if self.cfg.latency_ms else "low")
             except Exception as exc:
-                why = f"cannot open input device {self.cfg.input_device or '(default)'}: {exc}"
+                why = open_error("input", self.cfg.input_device, exc)
                 if why != self.error:
                     log.warning("listener: %s; retrying with backoff", why)
                 self.error = why

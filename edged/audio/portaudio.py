@@ -43,6 +43,14 @@ def device_arg(name: str) -> int | str | None:
     return int(name) if name.isdigit() else name
 
 
+def open_error(kind: str, name: str, exc: Exception) -> str:
+    """Why a stream could not open, in words (PortAudio says "Error querying device -1" when there
+    is no default device at all)."""
+    if name == "" and "device -1" in str(exc):
+        return f"no {kind} device: PortAudio lists no default {kind} device"
+    return f"cannot open {kind} device {name or '(default)'}: {exc}"
+
+
 def rescan(timeout: float = 3.0) -> bool:
     """Terminate and re-initialize PortAudio (every stream must be closed first). False when
     PortAudio did not come back within `timeout` seconds, or an earlier close or rescan is still

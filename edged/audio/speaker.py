@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from edged.audio.playback import Playback
-from edged.audio.portaudio import device_arg, rescan
+from edged.audio.portaudio import device_arg, open_error, rescan
 from edged.audio.ring import PcmRing
 from edged.config import AudioConfig
 from edged.events import Events
@@ -122,7 +122,7 @@ class Speaker:
                                 latency=self.cfg.latency_ms / 1000 if self.cfg.latency_ms else "low",
                                 ring_seconds=self.cfg.ring_ms / 1000, tap_seconds=self.tap_seconds)
         except Exception as exc:  # no such device, device busy, no PortAudio devices at all
-            self._schedule_reopen(f"cannot open output device {self.cfg.device or '(default)'}: {exc}")
+            self._schedule_reopen(open_error("output", self.cfg.device, exc))
             if rescan_first:
                 self.after_rescan()
             return

@@ -98,6 +98,11 @@ def _microphone(inp: dict) -> str:
             f"{inp['speech_starts']} speech starts, {inp['barge_ins']} barge-ins")
 
 
+def _history(h: dict) -> str:
+    return (f"policy {h['policy']}, {h['replies']} replies tracked, {h['calibrating']} calibrating, "
+            f"{h['retained_bytes']} bytes of audio kept ({h['path']})")
+
+
 def format_status(s: dict) -> str:
     cohort, queue, counters = s["cohort"], s["queue"], s["counters"]
     done = ", ".join(f"{k} {v}" for k, v in counters["done"].items())
@@ -113,6 +118,7 @@ def format_status(s: dict) -> str:
         ("frames", f"{counters['frames']} in {counters['steps']} steps"),
         ("speaker", _speaker(s["audio"]["output"])),
         ("microphone", _microphone(s["audio"]["input"])),
+        ("history", _history(s.get("history", {}))),
     ]
     rows += [(f"memory {part}", f"{size / 2**20:.2f} MiB") for part, size in s["memory"].items()]
     rows.append(("memory total", f"{sum(s['memory'].values()) / 2**20:.2f} MiB"))

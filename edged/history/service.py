@@ -161,6 +161,7 @@ class History:
         """The thread's counters for `status` (rebuilt by the history thread; read anywhere)."""
         self._thread = threading.Thread(target=self._run, name="edged-history", daemon=True)
         self._recover()
+        self._count()
 
     def _recover(self) -> None:
         """Assistant turns left pending by a crash: nobody knows what was heard, so nothing was."""

@@ -164,8 +164,9 @@ def rig(jack_server, tmp_path_factory):
     events = f"ipc://{tmp / 'events.sock'}"
     # a reply may run only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here
     # also exercises generation paused on a full buffer and resumed as the speaker drains it
-    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\nlost_after_ms = 5000\nring_ms = 300\n'
-                                'ahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n')
+    # the JACK server's devices by name ("system"): a sound card of the test machine is never used
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n'
+                                'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n')
     bay = Patchbay(jack_server.name)
     sub = Subscriber(events)
     client = Client(daemon.endpoint)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from support.daemon import Daemon
@@ -32,12 +33,14 @@ def no_server(monkeypatch):
 def test_missing_device_then_it_appears(tmp_path, no_server):
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed")
-    daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\n{FAST_RETRY}')
+    # "system": the JACK server's device, by name, so a sound card of the test machine is never used
+    daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\ndevice = "system"\n'
+                                     f'input_device = "system"\n{FAST_RETRY}')
     jackd = None
     try:
         with Client(daemon.endpoint) as client:
             out = client.status()["audio"]["output"]
-            assert out["state"] == "none" and "cannot open output device" in out["error"]
+            assert out["state"] == "none" and "cannot open output device system" in out["error"]
             done = client.speak(TEXT, max_audio_ms=500).wait()  # on_missing_device = "silent"
             assert done.reason == "length"
             assert done.report["played_ms"] == 0 and done.report["playback"] == "no output device"
@@ -95,7 +98,8 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
     daemon = None
     try:
         time.sleep(1.0)
-        daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\n{FAST_RETRY}')
+        daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\ndevice = "system"\n'
+                                         f'input_device = "system"\n{FAST_RETRY}')
         with Client(daemon.endpoint) as client:
             assert client.status()["audio"]["output"]["state"] == "open"
             utt = client.speak(TEXT, max_audio_ms=4000)
@@ -122,3 +126,5 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
         except subprocess.TimeoutExpired:
             jackd.kill()
             jackd.wait(10)
+        for leftover in Path("/dev/shm").glob(f"jack*{no_server}*"):  # what the dead client left registered
+            leftover.unlink(missing_ok=True)

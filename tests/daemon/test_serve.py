@@ -188,9 +188,10 @@ def test_cli_say_and_status(shared_daemon, tmp_path):
                            timeout=60)
     assert shown.returncode == 0, shown.stderr
     rows = dict(line.split(None, 1) for line in shown.stdout.splitlines() if line.split(None, 1)[0] in
-                ("state", "speaker", "microphone"))
+                ("state", "speaker", "microphone", "history"))
     raw = json.loads(subprocess.run([*edged, "status", "--json", "--endpoint", shared_daemon.endpoint],
                                     capture_output=True, text=True, timeout=60).stdout)
     assert rows["state"] == "serving"
     assert rows["speaker"].startswith(raw["audio"]["output"]["state"])
     assert rows["microphone"].startswith(raw["audio"]["input"]["state"])
+    assert rows["history"].startswith(f"policy {raw['history']['policy']}")

@@ -136,3 +136,32 @@ def test_history_survives_kill_9(tmp_path):
     assert after[:2] == before and after[2] == {"role": "user", "content": "And this."}
     assert after[3] == {"role": "assistant", "content": "", "interrupted": True, "response_id": running.id}
     assert len(after) == 4
+
+
+def test_the_asr_policy_hears_the_recorded_reply(tmp_path):
+    """Through the daemon: the reply's audio is recorded while it is generated, and the heard part
+    (the final ack's played_ms minus the guard) is what the transcription server receives."""
+    import io
+    import wave
+
+    import numpy as np
+    from support.transcription import Answer, transcription_server
+
+    with transcription_server() as server:
+        server.answer = Answer(body=b'{"text": "hello there this is a"}')
+        config = CONFIG.replace('policy = "rate"', f'policy = "asr"\nasr_url = "{server.url}"\nasr_model = "m"')
+        daemon = Daemon(tmp_path, config=config)
+        try:
+            with Client(daemon.endpoint) as client:
+                utt = client.speak(TEXT, session="asr", play=False, stream=True, max_audio_ms=3000)
+                utt.wait()
+                client.ack(utt.id, 1500, final=True)
+                turn = client.history("asr", wait=True)[-1]
+        finally:
+            daemon.close()
+    assert turn == {"role": "assistant", "content": "Hello there, this is", "interrupted": True, "response_id": utt.id}
+    (got,) = server.received
+    with wave.open(io.BytesIO(got.wav)) as w:
+        sent = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+    assert len(sent) == (1500 - GUARD_MS) * 24  # 24 samples per ms
+    assert np.abs(sent.astype(np.int32) - np.round(utt.pcm[:len(sent)] * 32767).astype(np.int32)).max() <= 1

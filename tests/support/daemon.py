@@ -30,7 +30,10 @@ class Daemon:
         self.messages: list[str] = []
         # Greedy by default: the tests count frames, and greedy is deterministic (their texts were
         # checked not to reach eos on the built-in model within the frames they ask for).
-        (tmp / "edged.toml").write_text(config + GREEDY)
+        # No sound card of the test machine, and no shared event socket, unless the test asks.
+        quiet = ("" if "[audio]" in config else '\n[audio]\ndevice = "none"\ninput_device = "none"\n') + \
+                ("" if "[events]" in config else '\n[events]\nlisten = "none"\n')
+        (tmp / "edged.toml").write_text(config + quiet + GREEDY)
         env = {**os.environ, "NOTIFY_SOCKET": self.notify_path, "PYTHONUNBUFFERED": "1",
                "XDG_STATE_HOME": str(state or tmp / "state")}  # the history database: in the test's directory
         env.pop("JOURNAL_STREAM", None)

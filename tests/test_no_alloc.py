@@ -2,9 +2,14 @@
 
 tracemalloc sees every Python object and every numpy buffer (numpy reports its data allocations
 to it). Over 120 steady-state frames of 4 members, talker + code predictor + vocoder, the traced
-memory may not grow by more than 2 KiB (no per-frame retention), and its peak may not rise more
-than 16 KiB above the starting point (no per-frame arrays: one noise row alone is 12 KiB, one
-vocoder window of PCM 7.5 KiB per frame).
+memory may not grow by more than 2 KiB (no per-frame retention), and within any one frame its peak
+may not rise more than 16 KiB above where the frame started (no per-frame arrays: one noise row
+alone is 12 KiB, one vocoder window of PCM 7.5 KiB per frame).
+
+Growth leaves out what onnxruntime's own Python binding allocates inside `run_with_iobinding`: it
+keeps a pool of small (124-byte) objects that it replaces as it runs, and depending on where in
+that cycle tracing starts, the pool shows a few KiB of growth that then stops (measured with
+tracemalloc tracebacks). The per-frame peak still counts it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,23 @@ from edged.talker.sampling import Sampling
 STEADY_FRAMES = 120
 GROWTH_BOUND = 2 * 1024
 PEAK_BOUND = 16 * 1024
+
+
+def growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> int:
+    """Bytes traced more in `after` than in `before`, outside onnxruntime's binding and tracemalloc."""
+    leave_out = [tracemalloc.Filter(False, "*/onnxruntime/*"), tracemalloc.Filter(False, tracemalloc.__file__)]
+    return sum(d.size_diff for d in after.filter_traces(leave_out).compare_to(before.filter_traces(leave_out), "filename"))
+
+
+def steady_peak(frame) -> int:
+    """Run STEADY_FRAMES frames; the most any one of them raised the traced memory above its start."""
+    worst = 0
+    for _ in range(STEADY_FRAMES):
+        current, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        frame()
+        worst = max(worst, tracemalloc.get_traced_memory()[1] - current)
+    return worst
 
 
 def test_step_path_does_not_allocate(builtin_artifact, backend):
@@ -45,14 +67,43 @@ def test_step_path_does_not_allocate(builtin_artifact, backend):
     try:
         for _ in range(5):  # traced warm-up: per-member counters now live in traced objects
             frame()
-        start, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(STEADY_FRAMES):
-            frame()
-        end, peak = tracemalloc.get_traced_memory()
+        before = tracemalloc.take_snapshot()
+        peak = steady_peak(frame)
+        grown = growth(before, tracemalloc.take_snapshot())
     finally:
         tracemalloc.stop()
     assert all(m.frames == 25 + STEADY_FRAMES for m in members)
-    print(f"growth {end - start} B, peak {peak - start} B over {STEADY_FRAMES} frames")
-    assert end - start <= GROWTH_BOUND, f"traced memory grew by {end - start} bytes over {STEADY_FRAMES} frames"
-    assert peak - start <= PEAK_BOUND, f"a step allocated {peak - start} bytes at its peak"
+    print(f"growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
+    assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
+    assert peak <= PEAK_BOUND, f"a step allocated {peak} bytes at its peak"
+
+
+def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, backend):
+    """The daemon's loop around the stages: commands, the scheduler, the PCM sink with the history
+    recorder (the asr policy's per-slot buffers) writing every window."""
+    from edged.history.recorder import Recorder
+    from edged.scheduler.loop import CohortLoop, Submit
+
+    artifact = load_artifact(builtin_artifact)
+    recorder = Recorder(artifact.max_batch, 30 * artifact.sample_rate)
+    loop = CohortLoop(artifact, backend, reply=lambda *_: None, recorder=recorder)
+    loop.preallocate()
+    for i in range(artifact.max_batch):
+        request = SpeechRequest(f"r{i}", "A member of the cohort, recorded for calibration.", sampling=Sampling.greedy(),
+                                max_frames=400)
+        loop.inbox.put(Submit(b"c", request, play=False, session="s"))
+    for _ in range(30):  # joins, first windows
+        loop.iteration()
+    tracemalloc.start()
+    try:
+        for _ in range(5):
+            loop.iteration()
+        before = tracemalloc.take_snapshot()
+        peak = steady_peak(loop.iteration)
+        grown = growth(before, tracemalloc.take_snapshot())
+    finally:
+        tracemalloc.stop()
+    assert loop.counters.steps == 35 + STEADY_FRAMES and len(loop.scheduler.running) == artifact.max_batch
+    assert all(n > 0 for n in recorder.samples)
+    print(f"loop: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
+    assert grown <= GROWTH_BOUND and peak <= PEAK_BOUND, (grown, peak)

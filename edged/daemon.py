@@ -89,9 +89,12 @@ class Daemon:
             log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
         log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
         loop.warm_up()
+        self.listener_error = ""
         self.listener = self._listener()
         if self.listener is not None:
             loop.input_status = self.listener.status
+        elif self.listener_error:
+            loop.input_status = lambda: {"state": "off", "error": self.listener_error}
         if self.speaker is not None:
             self.speaker.start()
         if self.listener is not None:
@@ -163,8 +166,13 @@ class Daemon:
         """The microphone (VAD, barge-in, `mic` events), unless the config says input_device = "none"."""
         if self.config.audio.input_device == "none":
             return None
-        listener = Listener(self.config.audio, self.config.vad, self.events, self.speaker,
-                            mic_audio=self.config.events.mic_audio)
+        try:
+            listener = Listener(self.config.audio, self.config.vad, self.events, self.speaker,
+                                mic_audio=self.config.events.mic_audio)
+        except FileNotFoundError as exc:  # the VAD's model is not installed: serve on, without barge-in
+            log.error("microphone disabled: %s", exc)
+            self.listener_error = str(exc)
+            return None
         if self.speaker is not None:
             self.speaker.before_rescan, self.speaker.after_rescan = listener.hold, listener.release
         return listener

@@ -28,6 +28,15 @@ drain_timeout_s = 1
 chunk_frames = 2
 [audio]
 on_missing_device = "reject"
+device = "USB Audio"
+input_device = "none"
+[vad]
+min_speech_ms = 96
+[events]
+listen = "none"
+[history]
+path = "/var/lib/edged/h.sqlite3"
+policy = "none"
 [sampling]
 temperature = 0.7
 top_k = 20
@@ -36,6 +45,11 @@ top_k = 20
     assert cfg.daemon.drain_timeout_s == 1.0 and cfg.vocoder.chunk_frames == 2
     assert cfg.audio.on_missing_device == "reject" and cfg.sampling.temperature == 0.7 and cfg.sampling.top_k == 20
     assert cfg.with_overrides(listen="ipc:///x").endpoint == "ipc:///x"
+    assert cfg.audio.device == "USB Audio" and cfg.audio.input_device == "none" and cfg.vad.min_speech_ms == 96
+    assert cfg.events_endpoint is None and str(cfg.history_path) == "/var/lib/edged/h.sqlite3"
+    assert cfg.history.policy == "none"
+    moved = cfg.with_overrides(audio_device="hw:1", input_device="hw:2")
+    assert (moved.audio.device, moved.audio.input_device) == ("hw:1", "hw:2")
 
 
 @pytest.mark.parametrize("text,message", [
@@ -46,6 +60,14 @@ top_k = 20
     ("[daemon]\nbackend = \"cuda\"\n", "daemon.backend must be onnxruntime or tensorrt"),
     ("[vocoder]\nchunk_frames = 0\n", "vocoder.chunk_frames and vocoder.first_chunk_frames must be >= 1"),
     ("[audio]\non_missing_device = \"maybe\"\n", "audio.on_missing_device must be silent or reject"),
+    ("[audio]\nahead_ms = 0\n", "audio.ahead_ms must be >= 1"),
+    ("[audio]\nbarge_in = 1\n", "audio.barge_in must be bool"),
+    ("[audio]\ninput = \"mic\"\n", "unknown key 'audio.input'"),
+    ("[vad]\nthreshold = 1.5\n", "vad.threshold must be in"),
+    ("[events]\nmic = true\n", "unknown key 'events.mic'"),
+    ("[history]\npolicy = \"guess\"\n", "history.policy must be rate, asr or none"),
+    ("[history]\npolicy = \"asr\"\n", "history.policy = \"asr\" needs history.asr_url and history.asr_model"),
+    ("[history]\nwait_ms = 0\n", "history.wait_ms must be >= 1"),
     ("daemon = 3\n", "[daemon] must be a table"),
     ("[daemon\n", "not valid TOML"),
 ])

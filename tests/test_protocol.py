@@ -65,6 +65,7 @@ REQUESTS = [
     Turn(session="s", role="assistant", content="ok"),
     History(session="s"),
     History(session="s", wait=True),
+    History(session="s", wait=True, close=True),
     Status(),
 ]
 
@@ -79,7 +80,9 @@ REPLIES = [
     (Done(id="r1", reason="error", error="engine failed"), None),
     (HistoryReply(session="s", turns=[{"role": "user", "content": "hi"},
                                       {"role": "assistant", "content": "hel", "interrupted": True,
-                                       "response_id": "r1"}]), None),
+                                       "response_id": "r1"},
+                                      {"role": "assistant", "content": "", "interrupted": False,
+                                       "response_id": 7, "pending": True}]), None),
     (StatusReply(fields={"uptime_s": 3.5, "active": 1, "model": "tiny"}), None),
     (StatusReply(), None),
     (Error(reason="bad"), None),

@@ -219,3 +219,20 @@ def test_gate_hysteresis_and_silence_to_stop():
     assert _feed(gate, probs) == [(0, "start"), (10, "stop"), (13, "start")]
     gate.reset()
     assert not gate.speaking and _feed(gate, [0.1, 0.1]) == []
+
+
+def test_without_the_vad_model_the_daemon_serves_without_its_microphone(monkeypatch):
+    """A missing silero-vad package disables the microphone (status says why); it does not stop the boot."""
+    import edged.audio.vad as vad_module
+    from edged.config import Config
+    from edged.daemon import Daemon
+    from edged.events import Events
+
+    def missing() -> None:
+        raise FileNotFoundError("the Silero VAD model comes from the 'silero-vad' package, which is not installed")
+
+    monkeypatch.setattr(vad_module, "model_path", missing)
+    daemon = Daemon(Config())
+    daemon.events, daemon.speaker, daemon.listener_error = Events(None), None, ""
+    assert daemon._listener() is None
+    assert "silero-vad" in daemon.listener_error

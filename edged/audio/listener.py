@@ -1,6 +1,6 @@
 """The microphone: capture, echo cancellation, voice activity, barge-in, and the `mic` events.
 
-    input callback --(Tap: samples + ADC times)--> listener thread, one block (~10 ms) at a time:
+    input callback --(Tap)--> listener thread, one block (~10 ms) at a time:
         reference = what the speaker sent to its DAC, read just behind its newest sample
         -> EchoCanceller (mic rate) -> soxr to 16 kHz -> 512-sample frames -> silero VAD
         -> SpeechGate: "start" / "stop" -> `vad` events; a start while a reply is heard -> barge-in
@@ -25,6 +25,7 @@ from edged.audio.portaudio import close_stream, device_arg, open_error, sounddev
 from edged.audio.speaker import Speaker
 from edged.audio.tap import Tap
 from edged.audio.vad import SpeechGate, Vad
+from edged.audio.watch import Backoff, Stall
 from edged.config import AudioConfig, VadConfig
 from edged.events import Events
 
@@ -63,8 +64,7 @@ class Microphone:
     def _callback(self, indata, frames, time_info, status) -> None:
         if status.input_overflow:
             self.overflows += 1
-        adc = time_info.inputBufferAdcTime or (time_info.currentTime - self.latency_s)
-        self.tap.record(indata[:, 0], adc)
+        self.tap.record(indata[:, 0])
         self.callbacks += 1
 
     def close(self, timeout: float = 2.0) -> bool:
@@ -90,8 +90,8 @@ class Listener:
         """Held while the stream is opened, closed or read (the speaker's rescan closes it too)."""
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edged-listener", daemon=True)
-        self._backoff = audio.reopen_min_ms / 1000
-        self._next_open = 0.0
+        self._backoff = Backoff(audio.reopen_min_ms / 1000, audio.reopen_max_ms / 1000)
+        self._stall = Stall(audio.lost_after_ms / 1000)
         self._held = False
         """While the speaker rescans PortAudio, the microphone stays closed."""
         self.frame16 = np.zeros(self.vad.frame, dtype=np.float32)
@@ -121,11 +121,10 @@ class Listener:
                 if why != self.error:
                     log.warning("listener: %s; retrying with backoff", why)
                 self.error = why
-                self._next_open = time.monotonic() + self._backoff
-                self._backoff = min(self._backoff * 2, self.cfg.reopen_max_ms / 1000)
+                self._backoff.failed()
                 return
             self.mic, self.state, self.error = mic, "open", None
-            self._backoff = self.cfg.reopen_min_ms / 1000
+            self._backoff.succeeded()
             self._setup(mic)
         log.info("microphone open: %s at %d Hz (echo cancelling: %s)", mic.device_name, mic.rate,
                  "on" if self.echo is not None else "off")
@@ -144,7 +143,7 @@ class Listener:
         same_rate = playback is not None and playback.tap is not None and playback.device_rate == mic.rate
         self.echo = EchoCanceller(mic.rate, self.block) if self.vad_cfg.echo_cancel and same_rate else None
         self.ref_offset: int | None = None
-        self._progress = (-1, time.monotonic())
+        self._stall.restart()
         self.vad.reset()
         self.gate.reset()
         self._n16 = 0
@@ -156,7 +155,7 @@ class Listener:
 
     def release(self) -> None:
         self._held = False
-        self._next_open = 0.0
+        self._backoff.now()
 
     def close(self) -> None:
         """Close the stream (never waiting on a hung device for more than 2 s)."""
@@ -177,7 +176,7 @@ class Listener:
     def _run(self) -> None:
         while not self._closing.wait(0.005):
             if self.mic is None:
-                if not self._held and time.monotonic() >= self._next_open:
+                if not self._held and self._backoff.due(time.monotonic()):
                     self.open()
                 continue
             with self._lock:
@@ -186,7 +185,7 @@ class Listener:
                     continue
                 while mic.tap.written - self.index >= self.block:
                     self._block(mic)
-                if self._lost(mic):
+                if self._stall.lost(mic.callbacks, time.monotonic()):
                     self._on_lost(mic)
 
     def _block(self, mic: Microphone) -> None:
@@ -239,7 +238,8 @@ class Listener:
         prob = self.vad.probability(self.frame16)
         self._speech(self.gate.update(prob))
         if self.mic_audio:
-            np.clip(self.frame16 * 32767.0, -32768, 32767, out=self.frame16)
+            np.multiply(self.frame16, 32767.0, out=self.frame16)
+            np.clip(self.frame16, -32768, 32767, out=self.frame16)
             self.s16[:] = self.frame16
             self.events.publish("mic", {"seq": self.mic_samples // self.vad.frame, "sample_rate": self.vad.sample_rate,
                                         "format": "s16le", "first_sample": self.mic_samples,
@@ -261,14 +261,6 @@ class Listener:
                 self.barge_ins += 1
                 log.info("barge-in: user speech while playing; %d repl%s cut", len(cut), "y" if len(cut) == 1 else "ies")
 
-    def _lost(self, mic: Microphone) -> bool:
-        count, since = self._progress
-        now = time.monotonic()
-        if mic.callbacks != count:
-            self._progress = (mic.callbacks, now)
-            return False
-        return now - since > self.cfg.lost_after_ms / 1000
-
     def _on_lost(self, mic: Microphone) -> None:
         log.error("listener: input device %s stopped calling back for %d ms; reopening with backoff",
                   mic.device_name, self.cfg.lost_after_ms)
@@ -276,7 +268,7 @@ class Listener:
         self.error = f"input device lost: {mic.device_name}"
         self.events.publish("device", {"stream": "input", "state": "lost", "device": mic.device_name})
         threading.Thread(target=mic.close, name="edged-mic-abandon", daemon=True).start()
-        self._next_open = time.monotonic() + self._backoff
+        self._backoff.failed()
 
     # ----------------------------------------------------------------------------- status
 
@@ -288,7 +280,8 @@ class Listener:
         if self.error and self.state != "open":
             out["error"] = self.error
         if mic is not None:
-            out.update(device=mic.device_name, rate=mic.rate, overflows=mic.overflows,
+            out.update(device=mic.device_name, rate=mic.rate, latency_ms=round(mic.latency_s * 1000, 3),
+                       overflows=mic.overflows,
                        echo_cancel=self.echo is not None,
                        echo_erle_db=round(self.echo.erle_db, 1) if self.echo is not None else None,
                        echo_delay_ms=round(self.echo.lag * 1000 / mic.rate, 2) if self.echo is not None else None,

@@ -76,8 +76,8 @@ class Playback:
     blocksize: frames per callback; 0 lets the host choose (lowest latency, JACK's period).
     latency: seconds, or "low"/"high" as sounddevice takes it.
     ring_seconds: ring capacity; bounds how far generation may run ahead of the speaker.
-    tap_seconds: > 0 keeps that much of what was sent to the DAC, with DAC times, in `tap` (the
-    echo canceller's reference).
+    tap_seconds: > 0 keeps that much of what was sent to the DAC in `tap` (the echo canceller's
+    reference).
     """
 
     def __init__(self, device: str | int | None = None, sample_rate: int = 24000, blocksize: int = 0,
@@ -191,7 +191,7 @@ class Playback:
             elif self._seg_cur >= self._seg_n:
                 self._flowing = False
         if self.tap is not None:
-            self.tap.record(out, dac)
+            self.tap.record(out)
         elapsed = time.perf_counter() - t0
         self._cb_seconds[self._callbacks % _CALLBACK_LOG] = elapsed
         self._callbacks += 1

@@ -32,6 +32,7 @@ import numpy as np
 from edged.audio.playback import Playback
 from edged.audio.portaudio import device_arg, open_error, rescan
 from edged.audio.ring import PcmRing
+from edged.audio.watch import Backoff, Stall
 from edged.config import AudioConfig
 from edged.events import Events
 
@@ -91,9 +92,8 @@ class Speaker:
         self.error: str | None = None
         self.opened = 0
         self.lost = 0
-        self._backoff = cfg.reopen_min_ms / 1000
-        self._next_open = 0.0
-        self._progress = (-1, 0.0)
+        self._backoff = Backoff(cfg.reopen_min_ms / 1000, cfg.reopen_max_ms / 1000)
+        self._stall = Stall(cfg.lost_after_ms / 1000)
         self.before_rescan: Callable[[], None] = lambda: None
         """Called before PortAudio rescans (close other streams); after it, `after_rescan`."""
         self.after_rescan: Callable[[], None] = lambda: None
@@ -128,8 +128,8 @@ class Speaker:
             return
         self.playback = playback
         self.state, self.error = "open", None
-        self._backoff = self.cfg.reopen_min_ms / 1000
-        self._progress = (-1, time.monotonic())
+        self._backoff.succeeded()
+        self._stall.restart()
         self.opened += 1
         log.info("speaker open: %s at %d Hz (latency %.1f ms)", playback.device_name, playback.device_rate,
                  playback.latency_s * 1e3)
@@ -138,12 +138,10 @@ class Speaker:
             self.after_rescan()
 
     def _schedule_reopen(self, why: str) -> None:
+        delay = self._backoff.failed()
         if self.error != why:
-            log.warning("speaker: %s; retrying in %.1f s (backing off to %.0f s)", why, self._backoff,
-                        self.cfg.reopen_max_ms / 1000)
+            log.warning("speaker: %s; retrying in %.1f s (backing off to %.0f s)", why, delay, self._backoff.max_s)
         self.error = why
-        self._next_open = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, self.cfg.reopen_max_ms / 1000)
 
     @property
     def available(self) -> bool:
@@ -218,7 +216,7 @@ class Speaker:
             now = time.monotonic()
             playback = self.playback
             if playback is None:
-                if self.state != "off" and now >= self._next_open:
+                if self.state != "off" and self._backoff.due(now):
                     self._open(rescan_first=True)
                 continue
             with self._lock:
@@ -228,7 +226,7 @@ class Speaker:
             playback.flush()
             for index, reply in replies:
                 self._settle(playback, index, reply, now)
-            if self._lost(playback, now):
+            if self._stall.lost(playback.callbacks, now):
                 self._on_lost(playback, replies)
 
     def _feed(self, playback: Playback, reply: Reply) -> None:
@@ -270,13 +268,6 @@ class Speaker:
 
     def _ms(self, samples: int) -> int:
         return samples * 1000 // self.sample_rate
-
-    def _lost(self, playback: Playback, now: float) -> bool:
-        count, since = self._progress
-        if playback.callbacks != count:
-            self._progress = (playback.callbacks, now)
-            return False
-        return now - since > self.cfg.lost_after_ms / 1000
 
     def _on_lost(self, playback: Playback, replies: list[tuple[int, Reply]]) -> None:
         why = f"audio device lost: {playback.device_name} stopped calling back for {self.cfg.lost_after_ms} ms"

@@ -43,10 +43,11 @@ def main() -> int:
     args = p.parse_args()
     name = f"edged-bench-{uuid.uuid4().hex[:6]}"
     os.environ.update(JACK_DEFAULT_SERVER=name, JACK_NO_AUDIO_RESERVATION="1", JACK_NO_START_SERVER="1")
-    jackd = subprocess.Popen(["jackd", "-n", name, "--no-realtime", "-t", "5000", "-d", "dummy", "-r", "24000",
-                              "-p", "256"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
+    from support import jackd as jack_servers
     from support.daemon import Daemon
+
+    jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
     from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, espeak, heard, reply_start
 
     from edged.client import Client

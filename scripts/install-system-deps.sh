@@ -6,6 +6,7 @@
 #   systemd                         systemd-journald, journalctl, systemd-analyze, systemd-sysusers
 #   util-linux mount                unshare(1) and mount(8): the journald and unit tests
 #   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
+#   procps                          pgrep: the audio tests check that no JACK server runs before clearing its leftovers
 #   espeak-ng                       speech for the VAD tests and scripts/bench_vad.py
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2 espeak-ng)
+packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2 espeak-ng procps)
 if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
     packages+=(python3-dev)
 fi

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from support import jackd
 
 RATE = 24000
 """JACK's rate: the artifact's, so nothing is resampled and output can be compared bit-exactly."""
@@ -46,8 +47,7 @@ def jack_server():
     name = f"edged-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "JACK_NO_AUDIO_RESERVATION": "1"}
     # --no-realtime: CI has no rtprio; -t: generous client timeout so a busy CI box is not kicked.
-    cmd = ["jackd", "-n", name, "--no-realtime", "-t", "5000", "-d", "dummy", "-r", str(RATE), "-p", str(PERIOD)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = jackd.start(name, RATE, PERIOD, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.environ["JACK_DEFAULT_SERVER"] = name
     os.environ["JACK_NO_AUDIO_RESERVATION"] = "1"
     os.environ["JACK_NO_START_SERVER"] = "1"

@@ -10,9 +10,9 @@ import signal
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
+from support import jackd as jack_servers
 from support.daemon import Daemon
 
 from edged.client import Client, RequestRejected
@@ -45,8 +45,7 @@ def test_missing_device_then_it_appears(tmp_path, no_server):
             assert done.reason == "length"
             assert done.report["played_ms"] == 0 and done.report["playback"] == "no output device"
 
-            jackd = subprocess.Popen(["jackd", "-n", no_server, "--no-realtime", "-t", "5000", "-d", "dummy",
-                                      "-r", "24000", "-p", "256"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            jackd = jack_servers.start(no_server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 20
             while client.status()["audio"]["output"]["state"] != "open":
                 assert time.monotonic() < deadline, client.status()["audio"]
@@ -93,8 +92,7 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
     assertion in its callback and aborts the process; systemd's Restart= covers that.)"""
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed")
-    jackd = subprocess.Popen(["jackd", "-n", no_server, "--no-realtime", "-t", "5000", "-d", "dummy", "-r", "24000",
-                              "-p", "256"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jackd = jack_servers.start(no_server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     daemon = None
     try:
         time.sleep(1.0)
@@ -119,12 +117,10 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
     finally:
         if daemon is not None:
             daemon.close()
-        jackd.send_signal(signal.SIGCONT)  # a killed server leaves its shared memory behind, and
-        jackd.terminate()                  # the next server of this machine would hang on it
+        jackd.send_signal(signal.SIGCONT)  # let it end itself: a killed server leaves its shared memory
+        jackd.terminate()                  # behind (support/jackd.py clears what is left before the next)
         try:
             jackd.wait(10)
         except subprocess.TimeoutExpired:
             jackd.kill()
             jackd.wait(10)
-        for leftover in Path("/dev/shm").glob(f"jack*{no_server}*"):  # what the dead client left registered
-            leftover.unlink(missing_ok=True)

@@ -46,6 +46,7 @@ def main() -> int:
     from support import jackd as jack_servers
     from support.daemon import Daemon
 
+    jack_servers.clear_stale_state()
     jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.5)
     from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, espeak, heard, reply_start

@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 from support import jackd
 
+jackd.clear_stale_state()  # now: this process has not been a JACK client yet
+
 RATE = 24000
 """JACK's rate: the artifact's, so nothing is resampled and output can be compared bit-exactly."""
 PERIOD = 256

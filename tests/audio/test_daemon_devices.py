@@ -118,7 +118,7 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
         if daemon is not None:
             daemon.close()
         jackd.send_signal(signal.SIGCONT)  # let it end itself: a killed server leaves its shared memory
-        jackd.terminate()                  # behind (support/jackd.py clears what is left before the next)
+        jackd.terminate()                  # behind (support/jackd.py clears such leftovers at the next session)
         try:
             jackd.wait(10)
         except subprocess.TimeoutExpired:

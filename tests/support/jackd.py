@@ -4,25 +4,31 @@ JACK keeps a registry of servers in shared memory (/dev/shm/jack-shm-registry) w
 of them; a server that was killed, or whose clients died with it, can leave its entry behind, and
 entries of other names are never reclaimed: after enough of them a new server fails with "Too many
 servers already active". When no JACK server runs at all, nothing in /dev/shm/jack* is in use, so
-the tests clear it before starting theirs (a user's running JACK server is never touched).
+the tests clear it once, before this process has been a JACK client (a process that has attached
+to the registry must keep it: libjack in that process would not see a new one). A user's running
+JACK server is never touched.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 
 def clear_stale_state() -> None:
+    """Call before this process opens any JACK client (or PortAudio's JACK host API)."""
     if subprocess.run(["pgrep", "-x", "jackd"], capture_output=True).returncode == 0:
         return  # a JACK server is running: its state is live
     for path in Path("/dev/shm").glob("jack*"):
-        path.unlink(missing_ok=True)
+        if path.is_dir():  # jack_db-<uid>: the server's metadata database
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def start(name: str, rate: int = 24000, period: int = 256, **popen) -> subprocess.Popen:
     """jackd -n NAME with the dummy backend (real-time paced, no hardware, no realtime priority; a
     generous client timeout so a busy machine does not kick clients)."""
-    clear_stale_state()
     return subprocess.Popen(["jackd", "-n", name, "--no-realtime", "-t", "5000", "-d", "dummy", "-r", str(rate),
                              "-p", str(period)], **popen)

@@ -80,6 +80,8 @@ class Listener:
         self.vad = Vad(vad.threshold)
         self.gate = SpeechGate(vad.threshold, min_speech_ms=vad.min_speech_ms, min_silence_ms=vad.min_silence_ms)
         self.mic: Microphone | None = None
+        self.echo: EchoCanceller | None = None
+        self.ref_offset: int | None = None
         self.state = "none"
         """none (no device yet) | open | lost."""
         self.error: str | None = None
@@ -123,9 +125,9 @@ class Listener:
                 self.error = why
                 self._backoff.failed()
                 return
+            self._setup(mic)  # before the stream is published: status() reads what _setup makes
             self.mic, self.state, self.error = mic, "open", None
             self._backoff.succeeded()
-            self._setup(mic)
         log.info("microphone open: %s at %d Hz (echo cancelling: %s)", mic.device_name, mic.rate,
                  "on" if self.echo is not None else "off")
         self.events.publish("device", {"stream": "input", "state": "open", "device": mic.device_name})
@@ -142,7 +144,7 @@ class Listener:
         playback = self.speaker.playback if self.speaker is not None else None
         same_rate = playback is not None and playback.tap is not None and playback.device_rate == mic.rate
         self.echo = EchoCanceller(mic.rate, self.block) if self.vad_cfg.echo_cancel and same_rate else None
-        self.ref_offset: int | None = None
+        self.ref_offset = None
         self._stall.restart()
         self.vad.reset()
         self.gate.reset()

@@ -92,6 +92,8 @@ class TalkerStage:
         self.cp_noise = e((b, g - 1, d.codebook_size), np.float32)
         self.codes = e((b, g - 1), np.int64)
         self.codec_sum = e((b, h), np.float32)
+        self.held_hidden, self.held_code0 = np.zeros((b, h), np.float32), np.zeros(b, np.int64)
+        self.stepping = np.zeros(b, dtype=bool)
         self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
         self.cp_plans = [self._cp_plan(n) for n in range(1, b + 1)]
         kv = sum(x.nbytes for x in (*self.keys, *self.values))
@@ -186,6 +188,7 @@ class TalkerStage:
         """Exactly one codec frame per member; returns each member's outcome after it."""
         t0 = time.perf_counter()
         n = max(m.slot for m in members) + 1
+        self._hold(members, n)
         for m in members:
             self._fill_cp_noise(m)
         self.cp_plans[n - 1].run()  # groups 1..G-1 for every pending code 0
@@ -194,6 +197,7 @@ class TalkerStage:
             self._feed(m)
         if talking:
             self.decode_plans[n - 1].run()  # next code 0 for members still talking
+        self._restore(n)
         for m in talking:
             self._commit_kv(m)
             self._commit_code0(m)
@@ -201,6 +205,23 @@ class TalkerStage:
         for m in members:
             m.step_ms += elapsed
         return [m.outcome for m in members]
+
+    def _hold(self, members: list[Member], n: int) -> None:
+        """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that
+        does not step (a paused member's code 0 is already `seen`; decoding it again could change it)."""
+        self.stepping[:] = False
+        for m in members:
+            self.stepping[m.slot] = True
+        for row in range(n):
+            if not self.stepping[row]:
+                self.held_hidden[row] = self.hidden[row]
+                self.held_code0[row] = self.code0[row]
+
+    def _restore(self, n: int) -> None:
+        for row in range(n):
+            if not self.stepping[row]:
+                self.hidden[row] = self.held_hidden[row]
+                self.code0[row] = self.held_code0[row]
 
     def _publish(self, m: Member) -> bool:
         """Frame -> codec port. False when the member reached its frame limit."""

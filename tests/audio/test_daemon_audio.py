@@ -243,11 +243,13 @@ def test_replies_play_in_admission_order_back_to_back(rig):
 
 def test_generation_paced_by_the_speaker_makes_the_same_frames(rig):
     """A reply held back by its full buffer (and stepped without the paused member in between)
-    produces exactly the frames of one that never waits."""
+    produces exactly the frames of one that never waits. At the default repetition penalty: the
+    paused reply holds the lower slot, so the batched decode runs over its row while it waits."""
     daemon, bay, sub, client, _ = rig
     bay.patch(record=True)
-    paced = client.speak(TEXT, max_audio_ms=3000, report_codes=True)
-    free = client.speak(TEXT, max_audio_ms=3000, report_codes=True, play=False)
+    penalty = {"repetition_penalty": 1.05}
+    paced = client.speak(TEXT, max_audio_ms=3000, report_codes=True, sampling=penalty)
+    free = client.speak(TEXT, max_audio_ms=3000, report_codes=True, play=False, sampling=penalty)
     a, b = paced.wait(), free.wait()
     assert a.reason == b.reason == "length"
     assert a.report["rvq_codes"] == b.report["rvq_codes"] and len(a.report["rvq_codes"]) == 37

@@ -38,8 +38,8 @@ lint: install-dev
 	BIN=$(BIN) bash scripts/lint.sh
 
 bench: install-dev
-	$(BIN)/python scripts/bench_synth.py
-	$(BIN)/python scripts/bench_daemon.py
+	$(BIN)/python scripts/bench/synth.py
+	$(BIN)/python scripts/bench/daemon.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -27,6 +27,7 @@ import zmq
 
 from edged import protocol
 from edged.protocol import Accepted, Done, Error, HistoryReply, Id, ProtocolError, Rejected, StatusReply
+from edged.server.sockets import connect
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +172,8 @@ class Client:
     def __init__(self, endpoint: str, timeout_s: float = 30.0, *, context: zmq.Context | None = None):
         self.endpoint = endpoint
         self.timeout_s = timeout_s
-        self._socket = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
-        self._socket.connect(endpoint)
+        self._socket = connect(context or zmq.Context.instance(), zmq.DEALER, endpoint,
+                               options={zmq.SNDTIMEO: max(1, int(timeout_s * 1000))})
         self._inbox: dict[Id, deque[tuple[Any, bytes | None]]] = {}
         """Replies per in-flight speak id, in arrival order."""
         self._replies: deque[HistoryReply | StatusReply] = deque()

@@ -14,6 +14,7 @@ Signal handlers only set flags (uvicorn's rule); the loop reads them between fra
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import threading
 import time
@@ -25,16 +26,19 @@ from edged.audio.listener import Listener
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
 from edged.config import Config, ConfigError
-from edged.events import Events
+from edged.core import Core
 from edged.history.policies import make_policy
 from edged.history.rates import VoiceRates
 from edged.history.recorder import Recorder
 from edged.history.service import History
 from edged.history.store import Store
-from edged.scheduler.loop import CohortLoop, Drain, PlaybackEnded
-from edged.server import REPLIES, Server
+from edged.request import Sampling
+from edged.scheduler.commands import Drain, PlaybackEnded
+from edged.scheduler.loop import CohortLoop
+from edged.server.events import Events
+from edged.server.replies import ClientReplies
+from edged.server.router import REPLIES, Server
 from edged.systemd import Notifier, Watchdog
-from edged.talker.sampling import Sampling
 
 log = logging.getLogger("edged.daemon")
 
@@ -68,41 +72,26 @@ class Daemon:
         cfg = self.config
         t0 = time.monotonic()
         artifact = load_artifact(cfg.daemon.artifact or None)
-        backend = make_backend(cfg.daemon.backend, cfg.daemon.threads)
+        core = Core(artifact, make_backend(cfg.daemon.backend, cfg.daemon.threads),
+                    chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames)
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint)
         self.speaker = self._speaker(artifact)
         self.history, recorder = self._history(artifact)
-        loop = CohortLoop(artifact, backend, reply=lambda *_: None, queue_limit=cfg.daemon.queue_limit,
-                          chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
-                          speaker=self.speaker, reject_play_without_device=cfg.audio.on_missing_device == "reject",
-                          progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
-                          history=self.history, recorder=recorder)
-        if self.speaker is not None:
-            self.speaker.ended = lambda reply: loop.inbox.put(PlaybackEnded(reply))
-        claimed = loop.preallocate()
-        if self.speaker is not None:
-            claimed["speaker buffers"] = self.speaker.claimed_bytes
-        if recorder is not None:
-            claimed["history recordings"] = recorder.claimed_bytes
-        for part, size in claimed.items():
-            log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
-        log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
-        loop.warm_up()
-        self.listener_error = ""
-        self.listener = self._listener()
-        if self.listener is not None:
-            loop.input_status = self.listener.status
-        elif self.listener_error:
-            loop.input_status = lambda: {"state": "off", "error": self.listener_error}
-        if self.speaker is not None:
-            self.speaker.start()
-        if self.listener is not None:
-            self.listener.start()
+        claimed = self._preallocate(core, recorder)
+        core.warm_up()
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
-        server = Server(cfg.endpoint, loop, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
-                        history=self.history)
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
+                        frame_ms=artifact.frame_ms, history=self.history)
+        clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
+        loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
+                          reject_play_without_device=cfg.audio.on_missing_device == "reject",
+                          progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
+                          history=self.history, recorder=recorder)
+        loop.around.claimed, loop.around.history = claimed, lambda: self.history.snapshot
+        self._devices(loop)
         server.start()
         self.history.start()
         log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
@@ -111,6 +100,32 @@ class Daemon:
         self.notifier.status(f"serving on {cfg.endpoint}: 0/{artifact.max_batch} members, 0 queued")
         self.watchdog.start()
         return loop, server
+
+    def _preallocate(self, core: Core, recorder: Recorder | None) -> dict[str, int]:
+        """Claim every buffer; log what each part took."""
+        claimed = core.preallocate()
+        if self.speaker is not None:
+            claimed["speaker buffers"] = self.speaker.claimed_bytes
+        if recorder is not None:
+            claimed["history recordings"] = recorder.claimed_bytes
+        for part, size in claimed.items():
+            log.info("claimed %-24s %10.2f MiB", part, size / 2**20)
+        log.info("claimed %-24s %10.2f MiB", "total", sum(claimed.values()) / 2**20)
+        return claimed
+
+    def _devices(self, loop: CohortLoop) -> None:
+        """Open the speaker and the microphone (missing ones are retried in the background)."""
+        self.listener_error = ""
+        self.listener = self._listener()
+        if self.listener is not None:
+            loop.around.input = self.listener.status
+        elif self.listener_error:
+            loop.around.input = lambda: {"state": "off", "error": self.listener_error}
+        if self.speaker is not None:
+            self.speaker.ended = lambda reply: loop.inbox.put(PlaybackEnded(reply))
+            self.speaker.start()
+        if self.listener is not None:
+            self.listener.start()
 
     # ----------------------------------------------------------------------------- serve + drain
 
@@ -127,10 +142,10 @@ class Daemon:
                 return
             now = time.monotonic()
             if now - last_status >= 1.0:
-                s = loop.status()
-                self.notifier.status(f"{s['state']} on {self.config.endpoint}: {s['cohort']['running']}/"
-                                     f"{s['cohort']['max_batch']} members, {s['queue']['waiting']} queued, "
-                                     f"{s['counters']['accepted']} accepted")
+                s = loop.scheduler
+                self.notifier.status(f"{'draining' if loop.draining else 'serving'} on {self.config.endpoint}: "
+                                     f"{len(s.running)}/{s.max_batch} members, {len(s.waiting)} queued, "
+                                     f"{loop.counters.accepted} accepted")
                 last_status = now
         log.warning("second signal: exiting without draining")
 

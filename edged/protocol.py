@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from edged.talker.sampling import KEYS as SAMPLING_KEYS
+from edged.request import SAMPLING_KEYS, Id
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
@@ -30,8 +30,7 @@ BYTES_PER_SAMPLE = {"f32le": 4, "s16le": 2}
 ROLES = ("user", "system", "assistant")
 DONE_REASONS = ("eos", "length", "cancelled", "interrupted", "error")
 
-Id = str | int
-"""A request id: a non-empty string of at most 128 characters, or an integer; echoed back exactly."""
+# Id (edged.request): a request id, a non-empty string of at most 128 characters or an integer; echoed back exactly.
 Buffer = bytes | bytearray | memoryview
 
 
@@ -178,7 +177,7 @@ class Speak:
     max_audio_ms: int | None = field(default=None, metadata=OPT_INT_GT0)
     """Stop with reason "length" after this much audio, in milliseconds."""
     sampling: dict[str, Any] | None = field(default=None, metadata=SAMPLING)
-    """Overrides of the artifact's sampling defaults (keys: edged.talker.sampling.KEYS)."""
+    """Overrides of the artifact's sampling defaults (keys: edged.request.SAMPLING_KEYS)."""
     report_codes: bool = field(default=False, metadata=BOOL)
     """Include the generated codec frames (`rvq_codes`) in the done report."""
 

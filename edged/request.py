@@ -1,16 +1,90 @@
-"""What a client asks for: one utterance to speak."""
+"""What a client asks for: one utterance to speak, and how to sample it.
+
+Code 0 (the talker) uses temperature, top_k, top_p and repetition_penalty; the code predictor uses
+cp_temperature, cp_top_k and cp_top_p. A temperature of 0 means greedy (argmax). The sampling
+itself runs inside the graphs (docs/artifact.md); the host only fills uniform noise from the
+request's own seeded generator. Values are validated at admission.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from edged.talker.sampling import Sampling
+Id = str | int
+"""A request id, chosen by the client (protocol ids are strings or integers)."""
+
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "cp_temperature", "cp_top_k", "cp_top_p",
+                 "seed")
+
+
+class SamplingError(ValueError):
+    """A sampling value out of range; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.9
+    """Code-0 softmax temperature; 0 = greedy."""
+    top_k: int = 50
+    """Code-0 top-k; 0 = off."""
+    top_p: float = 1.0
+    """Code-0 nucleus mass in (0, 1]; 1 = off."""
+    repetition_penalty: float = 1.05
+    """Divides (multiplies, when negative) the logits of code-0 tokens generated before; 1 = off."""
+    cp_temperature: float = 0.9
+    cp_top_k: int = 50
+    cp_top_p: float = 1.0
+    seed: int | None = None
+    """Seed of the request's noise generator; None = fresh entropy."""
+
+    @classmethod
+    def defaults(cls, artifact_sampling: dict[str, float]) -> Sampling:
+        s = artifact_sampling
+        return cls(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]),
+                   repetition_penalty=float(s["repetition_penalty"]), cp_temperature=float(s["cp_temperature"]),
+                   cp_top_k=int(s["cp_top_k"]), cp_top_p=float(s["cp_top_p"]))
+
+    @classmethod
+    def greedy(cls) -> Sampling:
+        """Argmax for code 0 and every code-predictor group, no repetition penalty."""
+        return cls(temperature=0.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
+                   cp_temperature=0.0, cp_top_k=0, cp_top_p=1.0)
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> Sampling:
+        """These settings with a request's overrides applied, validated; unknown keys are errors."""
+        if not overrides:
+            return self.validated()
+        unknown = sorted(set(overrides) - set(SAMPLING_KEYS))
+        if unknown:
+            raise SamplingError(f"unknown sampling key(s): {', '.join(unknown)}")
+        return replace(self, **overrides).validated()
+
+    def validated(self) -> Sampling:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "seed":
+                if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                    raise SamplingError(f"sampling.seed must be a non-negative integer, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SamplingError(f"sampling.{f.name} must be a number, got {v!r}")
+            if f.name.endswith("top_k") and (not float(v).is_integer() or v < 0):
+                raise SamplingError(f"sampling.{f.name} must be a non-negative integer, got {v!r}")
+        for name in ("temperature", "cp_temperature"):
+            if not 0.0 <= getattr(self, name) <= 100.0:
+                raise SamplingError(f"sampling.{name} must be in [0, 100], got {getattr(self, name)}")
+        for name in ("top_p", "cp_top_p"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise SamplingError(f"sampling.{name} must be in (0, 1], got {getattr(self, name)}")
+        if not 0.0 < self.repetition_penalty <= 100.0:
+            raise SamplingError(f"sampling.repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
+        return replace(self, top_k=int(self.top_k), cp_top_k=int(self.cp_top_k))
 
 
 @dataclass(frozen=True)
 class SpeechRequest:
-    id: str | int
-    """Chosen by the client (protocol ids are strings or integers)."""
+    id: Id
     text: str
     voice: str | None = None
     """Speaker name from the artifact's speakers (case-insensitive); None = no speaker row."""
@@ -18,7 +92,8 @@ class SpeechRequest:
     """Language name from the artifact's languages, or "auto"/None for no language row."""
     instruct: str | None = None
     sampling: Sampling = field(default_factory=Sampling)
-    streaming_text: bool = False
-    """Dual-track text feed (one text token per frame) instead of all text in the prefill."""
+    dual_track: bool = False
+    """The dual-track layout: the text is read one token per frame beside the codec track, instead
+    of all text in the prefill."""
     max_frames: int | None = None
     """Stop with reason "length" after this many frames (None: as many as the KV cache allows)."""

@@ -1,24 +1,23 @@
-"""Offline synthesis: the talker and vocoder stages run to completion over a list of requests.
+"""Offline synthesis: the step core runs a list of requests to their ends.
 
-Requests share the cohort: up to max_batch run at once, a finished member's slot takes the next
-request at the next frame boundary. This is what `edged synth` and the benchmarks drive; the daemon
-runs the same stages under its scheduler.
+Requests share the cohort as in the daemon: the same scheduler gives each the lowest free slot at a
+frame boundary, and the same core makes one frame per member per step. This is what `edged synth`
+and the benchmarks' "edged" path drive.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from edged.artifact import Artifact
 from edged.backends import Backend
+from edged.core import Core, Member
 from edged.request import SpeechRequest
-from edged.talker.port import CodecPort
-from edged.talker.stage import Member, Outcome, TalkerStage
-from edged.vocoder.stage import VocoderStage
+from edged.scheduler.scheduler import Entry, Scheduler
 
 
 class RequestError(ValueError):
@@ -34,57 +33,62 @@ class SynthResult:
     report: dict = field(default_factory=dict)
 
 
+@dataclass
+class _Job:
+    request: SpeechRequest
+    started: float
+    member: Member | None = None
+    first_audio_at: float | None = None
+
+
 class Synthesizer:
     def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1):
-        self.artifact = artifact
-        a = artifact
-        self.port = CodecPort(a.max_batch, a.max_seq, a.dims.code_groups)
+        a = self.artifact = artifact
+        self.core = Core(a, backend, chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames)
         self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
-        self.talker = TalkerStage(a, backend, a.tables(), self.port)
-        self.vocoder = VocoderStage(a, backend, self.port, self._on_pcm, chunk_frames=chunk_frames,
-                                    first_chunk_frames=first_chunk_frames)
-        self.claimed = {**self.talker.preallocate(), **self.vocoder.preallocate(), "pcm_out": self.pcm.nbytes}
-
-    def _on_pcm(self, slot: int, first: int, samples: np.ndarray) -> None:
-        self.pcm[slot, first:first + samples.shape[0]] = samples
+        self.claimed = {**self.core.preallocate(), "pcm_out": self.pcm.nbytes}
 
     def synthesize(self, requests: list[SpeechRequest]) -> list[SynthResult]:
         """Run every request to its end; raises RequestError naming the first refused request."""
         for r in requests:
-            ok, reason = self.talker.admit(r)
+            ok, reason = self.core.admit(r)
             if not ok:
                 raise RequestError(f"request {r.id!r}: {reason}")
-        queue = deque(requests)
-        free = list(range(self.artifact.max_batch - 1, -1, -1))
-        active: list[Member] = []
-        results: dict[str | int, SynthResult] = {}
-        started: dict[str | int, float] = {}
-        while queue or active:
-            while queue and free:
-                r = queue.popleft()
-                started[r.id] = time.perf_counter()
-                active.append(self.talker.prepare(r, free.pop()))
-                self.vocoder.prepare(active[-1].slot)
-            self.talker.step_cohort(active)
-            self.vocoder.step_cohort([m.slot for m in active])
-            for m in [m for m in active if m.outcome is not Outcome.RUNNING]:
-                self.talker.finish(m, m.outcome.value)
-                self.vocoder.finish(m.slot)  # the port is closed: decode the tail window
-                results[m.request.id] = self._result(m, started[m.request.id])
-                active.remove(m)
-                free.append(m.slot)
-        return [results[r.id] for r in requests]
+        scheduler = Scheduler(self.artifact.max_batch, queue_limit=len(requests))
+        for i, r in enumerate(requests):
+            scheduler.submit(Entry(i, _Job(r, 0.0)))
+        results: dict[Hashable, SynthResult] = {}
+        while scheduler.by_key:
+            for entry in scheduler.join():
+                job = entry.payload
+                job.started = time.perf_counter()
+                assert entry.slot is not None
+                job.member = self.core.prepare(job.request, entry.slot)
+            entries = scheduler.members
+            out = self.core.step([e.payload.member for e in entries])
+            for window in out.windows:
+                samples = window.samples
+                self.pcm[window.slot, window.first_sample:window.first_sample + len(samples)] = samples
+                job = scheduler.running[window.slot].payload
+                job.first_audio_at = job.first_audio_at or time.perf_counter()
+            for member in out.finished:
+                entry = scheduler.running[member.slot]
+                results[entry.key] = self._result(entry.payload)
+                scheduler.end(entry, member.outcome.value)
+        return [results[i] for i in range(len(requests))]
 
-    def _result(self, m: Member, started: float) -> SynthResult:
+    def _result(self, job: _Job) -> SynthResult:
+        m = job.member
+        assert m is not None
         spf = self.artifact.samples_per_frame
-        frames = self.port.frames(m.slot).copy()
-        pcm = self.pcm[m.slot, : m.frames * spf].copy()
-        wall = time.perf_counter() - started
+        wall = time.perf_counter() - job.started
         audio_s = m.frames * spf / self.artifact.sample_rate
+        ms = lambda t: round((t - job.started) * 1e3, 3) if t else None  # noqa: E731
         report = {
-            "frames": m.frames, "audio_ms": round(audio_s * 1e3, 1), "reason": m.reason,
+            "frames": m.frames, "audio_ms": round(audio_s * 1e3, 1), "reason": m.outcome.value,
             "wall_ms": round(wall * 1e3, 3), "rtf": round(wall / audio_s, 4) if audio_s else None,
-            "first_frame_ms": round((m.first_frame_at - started) * 1e3, 3) if m.first_frame_at else None,
-            "stages": [self.talker.diagnostics(m), self.vocoder.diagnostics(m.slot)],
+            "first_frame_ms": ms(m.first_frame_at), "first_audio_ms": ms(job.first_audio_at),
+            "stages": self.core.diagnostics(m),
         }
-        return SynthResult(m.request.id, frames, pcm, m.reason or m.outcome.value, report)
+        return SynthResult(job.request.id, self.core.frames(m).copy(), self.pcm[m.slot, : m.frames * spf].copy(),
+                           m.outcome.value, report)

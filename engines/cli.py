@@ -1,4 +1,8 @@
-"""`edged-engines`: tiny checkpoints and artifact export (the toolchain; needs the `export` extra)."""
+"""`edged-engines`: tiny checkpoints, artifact export and TensorRT plans (the toolchain).
+
+`tiny`, `export` and `builtin` need the `export` extra (torch, transformers, the family's reference
+package); `plans` needs TensorRT (the `jetson` extra, on the device) and nothing else.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-FAMILIES = ("qwen3_tts",)
+from engines.registry import FAMILIES
+
 BUILTIN = Path(__file__).resolve().parent.parent / "edged" / "data" / "tiny"
 
 
@@ -33,17 +38,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=BUILTIN)
     p.set_defaults(run=_builtin)
 
+    p = commands.add_parser("plans", help="build TensorRT plans beside an artifact's ONNX graphs (on the device)")
+    p.add_argument("artifact", type=Path)
+    p.add_argument("--fp16", action="store_true")
+    p.add_argument("--window", type=int, default=None,
+                   help="largest vocoder window in frames (>= the daemon's chunk_frames and first_chunk_frames)")
+    p.set_defaults(run=_plans)
+
     args = parser.parse_args(argv)
     return args.run(args)
 
 
 def _tiny(args: argparse.Namespace) -> int:
-    from engines.tiny import build_real_dims, build_tiny
+    from engines.registry import family
 
+    module = family(args.family)
     if args.variant == "0.6b":
-        build_real_dims(args.out, args.seed)
+        module.build_real_dims(args.out, args.seed)
     else:
-        build_tiny(args.out, args.seed, int(args.variant))
+        module.build_tiny(args.out, args.seed, int(args.variant))
     print(args.out)
     return 0
 
@@ -57,7 +70,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _builtin(args: argparse.Namespace) -> int:
-    """The demo artifact: tiny variant 0, seed 0, batch 4, 512 KV slots (about 40 s of audio)."""
+    """The demo artifact: tiny qwen3_tts variant 0, seed 0, batch 4, 512 KV slots (about 40 s of audio)."""
     from engines.export import export
     from engines.tiny import build_tiny
 
@@ -65,6 +78,14 @@ def _builtin(args: argparse.Namespace) -> int:
         build_tiny(Path(tmp) / "ckpt", 0, 0)
         export(Path(tmp) / "ckpt", args.out, max_batch=4, max_seq=512)
     print(args.out)
+    return 0
+
+
+def _plans(args: argparse.Namespace) -> int:
+    from engines.tensorrt import DEFAULT_WINDOW, build_plans
+
+    for plan in build_plans(args.artifact, window=args.window or DEFAULT_WINDOW, fp16=args.fp16):
+        print(f"{plan.name}: {plan.stat().st_size} bytes")
     return 0
 
 

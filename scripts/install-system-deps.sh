@@ -7,7 +7,7 @@
 #   util-linux mount                unshare(1) and mount(8): the journald and unit tests
 #   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
 #   procps                          pgrep: the audio tests check that no JACK server runs before clearing its leftovers
-#   espeak-ng                       speech for the VAD tests and scripts/bench_vad.py
+#   espeak-ng                       speech for the VAD tests and scripts/bench/vad.py
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
 # is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 python3 -c "import tensorrt, pycuda; print('tensorrt', tensorrt.__version__)"
 work=$(mktemp -d)
 cp -r edged/data/tiny "$work/tiny"
-python3 scripts/build_trt_engines.py "$work/tiny"
+edged-engines plans "$work/tiny"
 EDGED_TEST_BACKEND=tensorrt EDGED_TEST_ARTIFACT="$work/tiny" python3 -m pytest -q tests/backends
 for backend in onnxruntime tensorrt; do
   edged synth --artifact "$work/tiny" --backend "$backend" --greedy --max-frames 40 \

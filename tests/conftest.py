@@ -80,7 +80,7 @@ def backend():
 @pytest.fixture(scope="session")
 def tiny_reference(checkpoints):
     """tiny_reference(variant=0, seed=0) -> the qwen-tts `Qwen3TTSModel` of that checkpoint, loaded once."""
-    from engines.reference import load_reference
+    from engines.qwen3_tts.reference import load_reference
 
     loaded: dict = {}
 

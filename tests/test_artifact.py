@@ -89,7 +89,7 @@ def test_mismatched_hidden_names_the_tensor(copy, backend):
 @pytest.mark.parametrize("key,delta,message", [
     ("kv_heads", 1, r"talker_decode\.onnx: tensor past_keys_0 has shape"),
     ("code_groups", 2, r"code_predictor\.onnx: tensor noise has shape"),
-    ("layers", 1, r"talker_decode\.onnx: bindings missing \[\] / unknown \['new_keys_2'"),
+    ("layers", 1, r"talker_decode\.onnx: has no tensor past_keys_2"),
 ])
 def test_mismatched_dims_name_graph_and_tensor(copy, backend, key, delta, message):
     _edit(copy, lambda m: m["dims"].update({key: m["dims"][key] + delta}))
@@ -113,9 +113,9 @@ def test_missing_embedding_tensor(copy, backend):
     from safetensors.numpy import load_file, save_file
 
     tables = load_file(str(copy / "embeddings.safetensors"))
-    tables.pop("tts_pad")
+    tables.pop("codec_embedding")
     save_file(tables, str(copy / "embeddings.safetensors"))
-    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: missing tensor 'tts_pad'"):
+    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: missing tensor 'codec_embedding'"):
         _boot(copy, backend)
 
 
@@ -129,3 +129,35 @@ def test_vocoder_state_list_missing(copy):
     _edit(copy, lambda m: m["tensors"]["vocoder"].pop("state"))
     with pytest.raises(ArtifactError, match=r"'tensors\.vocoder\.state'"):
         load_artifact(copy)
+
+
+def test_optional_graphs_are_carried_and_checked(copy, backend):
+    """A family may declare optional graphs (a speaker encoder): listed ones load, their files must
+    exist, and a graph the family does not know is an error."""
+    shutil.copy(copy / "code_predictor.onnx", copy / "speaker_encoder.onnx")
+
+    def add(role: str):
+        def change(m):
+            m["files"][role] = "speaker_encoder.onnx"
+            m["tensors"][role] = dict(m["tensors"]["code_predictor"])
+        return change
+
+    _edit(copy, add("speaker_encoder"))
+    artifact = load_artifact(copy)
+    assert artifact.file("speaker_encoder") == copy / "speaker_encoder.onnx"
+    assert artifact.graphs["speaker_encoder"].inputs == artifact.graphs["code_predictor"].inputs
+    assert _boot(copy, backend).claimed["kv_cache"] > 0
+    (copy / "speaker_encoder.onnx").unlink()
+    with pytest.raises(ArtifactError, match=r"speaker_encoder\.onnx: missing from the artifact"):
+        load_artifact(copy)
+    _edit(copy, lambda m: (m["files"].pop("speaker_encoder"), m["tensors"].pop("speaker_encoder")))
+    shutil.copy(copy / "code_predictor.onnx", copy / "speaker_encoder.onnx")
+    _edit(copy, add("thinker"))
+    with pytest.raises(ArtifactError, match=r"graphs \['thinker'\] are not known to family qwen3_tts"):
+        load_artifact(copy)
+
+
+def test_the_manifest_reads_back_what_it_writes(builtin_artifact):
+    """One definition: the manifest the toolchain writes (Manifest.to_json) is the file on disk."""
+    manifest = json.loads((builtin_artifact / "artifact.json").read_text())
+    assert load_artifact(builtin_artifact).to_json() == manifest

@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
+from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
-from edged.talker.sampling import Sampling
 
 REQUESTS = [
     SpeechRequest("a", "The first sentence of the batch.", voice="vivian", language="english", max_frames=18),
     SpeechRequest("b", "你好，这是第二句。", voice="eric", language="chinese", max_frames=30),
-    SpeechRequest("c", "A third one, streamed as text.", voice="ryan", streaming_text=True, max_frames=24),
+    SpeechRequest("c", "A third one, streamed as text.", voice="ryan", dual_track=True, max_frames=24),
     SpeechRequest("d", "Fourth: no voice, no language at all.", max_frames=12),
     SpeechRequest("e", "Fifth joins when a slot frees up.", voice="aiden", language="french", max_frames=20),
     SpeechRequest("f", "Sixth, with an instruction.", voice="serena", instruct="Whisper it.", max_frames=15),
@@ -21,7 +20,7 @@ REQUESTS = [
 
 
 def _greedy(r: SpeechRequest) -> SpeechRequest:
-    return SpeechRequest(r.id, r.text, r.voice, r.language, r.instruct, Sampling.greedy(), r.streaming_text, r.max_frames)
+    return SpeechRequest(r.id, r.text, r.voice, r.language, r.instruct, Sampling.greedy(), r.dual_track, r.max_frames)
 
 
 def test_batched_equals_alone(builtin_artifact, backend):

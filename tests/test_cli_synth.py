@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.audio_io import read_wav
+from edged.audio.wav import read_wav
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from edged.cli import main; sys.exit(main())"
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import tracemalloc
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
-from edged.synth import Synthesizer
-from edged.talker.sampling import Sampling
+from edged.core import Core
+from edged.request import Sampling, SpeechRequest
 
 STEADY_FRAMES = 120
 GROWTH_BOUND = 2 * 1024
@@ -44,22 +43,19 @@ def steady_peak(frame) -> int:
 
 
 def test_step_path_does_not_allocate(builtin_artifact, backend):
-    synth = Synthesizer(load_artifact(builtin_artifact), backend)
-    talker, vocoder = synth.talker, synth.vocoder
+    core = Core(load_artifact(builtin_artifact), backend)
+    core.preallocate()
     requests = [
         SpeechRequest("greedy", "A greedy member of the cohort.", voice="vivian", sampling=Sampling.greedy()),
         SpeechRequest("sampled", "A sampled member, seeded.", voice="ryan", sampling=Sampling(seed=1)),
-        SpeechRequest("stream", "Streaming text feeds one token per frame.", streaming_text=True, sampling=Sampling(seed=2)),
+        SpeechRequest("stream", "The dual track feeds one token per frame.", dual_track=True, sampling=Sampling(seed=2)),
         SpeechRequest("plain", "No voice and no language.", sampling=Sampling.greedy()),
     ]
-    members = [talker.prepare(r, slot) for slot, r in enumerate(requests)]
-    slots = [m.slot for m in members]
-    for slot in slots:
-        vocoder.prepare(slot)
+    members = [core.prepare(r, slot) for slot, r in enumerate(requests)]
+    paused = members[:1] + members[2:]  # every few frames slot 1 sits out, inside the batch
 
     def frame() -> None:
-        talker.step_cohort(members)
-        vocoder.step_cohort(slots)
+        core.step(members if members[0].frames % 4 else paused)
 
     for _ in range(20):  # warm up: first windows, text track running out, caches of the engines
         frame()
@@ -72,7 +68,7 @@ def test_step_path_does_not_allocate(builtin_artifact, backend):
         grown = growth(before, tracemalloc.take_snapshot())
     finally:
         tracemalloc.stop()
-    assert all(m.frames == 25 + STEADY_FRAMES for m in members)
+    assert members[0].frames == 25 + STEADY_FRAMES and members[1].frames < members[0].frames
     print(f"growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
     assert peak <= PEAK_BOUND, f"a step allocated {peak} bytes at its peak"
@@ -82,16 +78,20 @@ def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, back
     """The daemon's loop around the stages: commands, the scheduler, the PCM sink with the history
     recorder (the asr policy's per-slot buffers) writing every window."""
     from edged.history.recorder import Recorder
-    from edged.scheduler.loop import CohortLoop, Submit
+    from edged.scheduler.commands import Submit
+    from edged.scheduler.loop import CohortLoop
+    from edged.server.replies import ClientReplies
 
     artifact = load_artifact(builtin_artifact)
     recorder = Recorder(artifact.max_batch, 30 * artifact.sample_rate)
-    loop = CohortLoop(artifact, backend, reply=lambda *_: None, recorder=recorder)
-    loop.preallocate()
+    core = Core(artifact, backend)
+    core.preallocate()
+    clients = ClientReplies(lambda *_: None, artifact.sample_rate, core.window_samples)
+    loop = CohortLoop(core, clients, recorder=recorder)
     for i in range(artifact.max_batch):
         request = SpeechRequest(f"r{i}", "A member of the cohort, recorded for calibration.", sampling=Sampling.greedy(),
                                 max_frames=400)
-        loop.inbox.put(Submit(b"c", request, play=False, session="s"))
+        loop.inbox.put(Submit(b"c", request, play=False, session="s", stream=i % 2 == 0, format=("f32le", "s16le")[i // 2]))
     for _ in range(30):  # joins, first windows
         loop.iteration()
     tracemalloc.start()

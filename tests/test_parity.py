@@ -15,17 +15,16 @@ import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
+from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
-from edged.talker.sampling import Sampling
 from engines.export import export
-from engines.reference import reference_synthesize
+from engines.qwen3_tts.reference import reference_synthesize
 
-PARITY_VARIANTS = (0, 1, 2)  # three different shapes (engines/tiny.py VARIANTS)
+PARITY_VARIANTS = (0, 1, 2)  # three different shapes (engines/qwen3_tts/tiny.py VARIANTS)
 PCM_TOLERANCE = 1e-4
 FRAMES = 30
 CASES = [
-    # (text, speaker, language, instruct, streaming_text, frames)
+    # (text, speaker, language, instruct, dual_track, frames)
     ("Hello world, this is edged speaking.", None, None, None, False, 90),
     ("The quick brown fox jumps over the lazy dog.", "vivian", "english", None, False, FRAMES),
     ("你好，世界。今天天气很好。", "dylan", "chinese", None, False, FRAMES),  # a dialect voice forces its dialect
@@ -35,9 +34,9 @@ CASES = [
 ]
 
 
-def _edged(synth: Synthesizer, text, speaker, language, instruct, streaming, max_frames=FRAMES):
+def _edged(synth: Synthesizer, text, speaker, language, instruct, dual_track, max_frames=FRAMES):
     request = SpeechRequest(id="t", text=text, voice=speaker, language=language, instruct=instruct,
-                            sampling=Sampling.greedy(), streaming_text=streaming, max_frames=max_frames)
+                            sampling=Sampling.greedy(), dual_track=dual_track, max_frames=max_frames)
     return synth.synthesize([request])[0]
 
 
@@ -45,12 +44,12 @@ def _edged(synth: Synthesizer, text, speaker, language, instruct, streaming, max
 def test_greedy_frames_and_pcm_equal_reference(variant, artifacts, tiny_reference, backend):
     synth = Synthesizer(load_artifact(artifacts(variant)), backend)
     reference = tiny_reference(variant)
-    for text, speaker, language, instruct, streaming, frames in CASES:
+    for text, speaker, language, instruct, dual_track, frames in CASES:
         ref_codes, ref_pcm = reference_synthesize(
             reference, text, speaker=speaker, language=language or "auto", instruct=instruct,
-            max_frames=frames, greedy=True, non_streaming_mode=not streaming)
-        got = _edged(synth, text, speaker, language, instruct, streaming, max_frames=frames)
-        case = f"variant {variant}: {text!r} speaker={speaker} language={language} streaming={streaming}"
+            max_frames=frames, greedy=True, non_streaming_mode=not dual_track)
+        got = _edged(synth, text, speaker, language, instruct, dual_track, max_frames=frames)
+        case = f"variant {variant}: {text!r} speaker={speaker} language={language} dual_track={dual_track}"
         assert got.frames.shape == ref_codes.shape, case
         assert np.array_equal(got.frames, ref_codes), case
         assert got.reason == "length"
@@ -73,7 +72,7 @@ def _with_eos(checkpoint: Path, out: Path, token: int) -> Path:
 
 def test_eos_stops_like_the_reference(checkpoints, tiny_reference, backend, tmp_path):
     """The eos frame is not emitted, eos is masked for the first two decisions, reason is eos."""
-    from engines.reference import load_reference
+    from engines.qwen3_tts.reference import load_reference
 
     text = "Hello world, this is edged speaking."
     codes, _ = reference_synthesize(tiny_reference(0), text, speaker="vivian", language="english", max_frames=40)

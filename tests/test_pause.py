@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
-from edged.talker.port import CodecPort
-from edged.talker.sampling import Sampling
-from edged.talker.stage import TalkerStage
+from edged.core import Core
+from edged.request import Sampling, SpeechRequest
 
 TEXTS = ["The lower slot speaks first.", "The middle slot has its say.", "And the higher slot ends it."]
 STEPS = 40
@@ -25,35 +23,30 @@ GREEDY_PENALIZED = Sampling(temperature=0.0, top_k=0, top_p=1.0, repetition_pena
 
 
 @pytest.fixture(scope="module")
-def stage(builtin_artifact, backend):
-    artifact = load_artifact(builtin_artifact)
-    port = CodecPort(artifact.max_batch, artifact.max_seq, artifact.dims.code_groups)
-    talker = TalkerStage(artifact, backend, artifact.tables(), port)
-    talker.preallocate()
-    return talker, port
+def core(builtin_artifact, backend):
+    core = Core(load_artifact(builtin_artifact), backend)
+    core.preallocate()
+    return core
 
 
-def run(stage, sampling: list[Sampling], paused: set[int]) -> list[np.ndarray]:
+def run(core: Core, sampling: list[Sampling], paused: set[int]) -> list[np.ndarray]:
     """STEPS steps; the members in `paused` sit out two steps of every three."""
-    talker, port = stage
-    members = [talker.prepare(SpeechRequest(f"r{i}", t, sampling=s, max_frames=400), i)
+    members = [core.prepare(SpeechRequest(f"r{i}", t, sampling=s, max_frames=400), i)
                for i, (t, s) in enumerate(zip(TEXTS, sampling))]
     for k in range(STEPS):
-        stepping = [m for m in members if m.slot not in paused or k % 3 == 0]
-        talker.step_cohort(stepping)
-    frames = min(m.frames for m in members)
-    return [port.frames(m.slot)[:frames].copy() for m in members]
+        core.step([m for m in members if m.slot not in paused or k % 3 == 0])
+    return [core.frames(m).copy() for m in members]
 
 
 @pytest.mark.parametrize("kind", ["greedy", "sampled"])
-def test_paused_members_in_every_slot_arrangement_are_unchanged(stage, kind):
-    artifact = stage[0].artifact
+def test_paused_members_in_every_slot_arrangement_are_unchanged(core, kind):
+    artifact = core.artifact
     sampling = ([GREEDY_PENALIZED] * 3 if kind == "greedy"
                 else [Sampling.defaults(artifact.sampling).with_overrides({"seed": i}) for i in range(3)])
     assert all(s.repetition_penalty == 1.05 for s in sampling)
-    unpaused = run(stage, sampling, set())
+    unpaused = run(core, sampling, set())
     for paused in ({0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}):
-        got = run(stage, sampling, paused)
+        got = run(core, sampling, paused)
         for slot, (want, have) in enumerate(zip(unpaused, got)):
             assert have.shape[0] >= STEPS // 3
             assert np.array_equal(have, want[: have.shape[0]]), f"paused {sorted(paused)}: slot {slot} differs"

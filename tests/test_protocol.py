@@ -33,7 +33,7 @@ from edged.protocol import (
     decode_reply,
     encode,
 )
-from edged.talker.sampling import Sampling
+from edged.request import Sampling
 
 
 def pack(header: object) -> list[bytes]:

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
+from edged.request import Sampling, SamplingError, SpeechRequest
 from edged.synth import Synthesizer
-from edged.talker.sampling import Sampling, SamplingError
 
 TEXT = "Sampling settings, checked end to end."
 

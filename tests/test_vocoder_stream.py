@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
+from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
-from edged.talker.sampling import Sampling
 
 FRAMES = 150  # over twice the decoder's 72-frame attention window
 TOLERANCE = 1e-5
@@ -19,12 +18,12 @@ TOLERANCE = 1e-5
 
 def whole_decode(artifact, backend, frames: np.ndarray) -> np.ndarray:
     """All frames in one call of a fresh stream (start 0, zero state)."""
-    engine = backend.load(artifact.files["vocoder"])
+    engine = backend.load(artifact.file("vocoder"))
     n, g = frames.shape
     e = backend.empty
     binds = {"codes": e((1, g, n), np.int64), "start": e((1,), np.int64),
              "pcm": e((1, n * artifact.samples_per_frame), np.float32)}
-    for spec in artifact.vocoder_state:
+    for spec in artifact.graphs["vocoder"].state:
         binds[spec.input] = e((1, *spec.shape), np.float32)
         binds[spec.output] = e((1, *spec.shape), np.float32)
     binds["codes"][0] = frames.T

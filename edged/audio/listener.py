@@ -27,7 +27,7 @@ from edged.audio.tap import Tap
 from edged.audio.vad import SpeechGate, Vad
 from edged.audio.watch import Backoff, Stall
 from edged.config import AudioConfig, VadConfig
-from edged.events import Events
+from edged.server.events import Events
 
 log = logging.getLogger("edged.listener")
 

@@ -34,7 +34,7 @@ from edged.audio.portaudio import device_arg, open_error, rescan
 from edged.audio.ring import PcmRing
 from edged.audio.watch import Backoff, Stall
 from edged.config import AudioConfig
-from edged.events import Events
+from edged.server.events import Events
 
 log = logging.getLogger("edged.speaker")
 

@@ -1,6 +1,6 @@
 """Voice activity for barge-in: Silero VAD v6 (ONNX) on onnxruntime, one 32 ms frame per call.
 
-Chosen by measurement (`scripts/bench_vad.py`; the tables are in edged/audio/README.md): 24
+Chosen by measurement (`scripts/bench/vad.py`; the tables are in edged/audio/README.md): 24
 espeak-ng utterances (8 voices: en-us, en-gb, de, fr, male and female), clean and in white or pink
 noise at +10 and 0 dB SNR, and 17 minutes of noise, tones, music, bursts and impacts, streamed in
 32 ms frames at 16 kHz.

@@ -47,6 +47,13 @@ class Engine(ABC):
     def name(self) -> str:
         return self.path.name
 
+    def dtype(self, tensor: str) -> np.dtype:
+        """The element type of an input or output: buffers take their dtype from the graph."""
+        spec = self.inputs.get(tensor) or self.outputs.get(tensor)
+        if spec is None:
+            raise EngineError(f"{self.name}: has no tensor {tensor}")
+        return spec.dtype
+
     def plan(self, bindings: Mapping[str, np.ndarray]) -> Plan:
         """Bind every input and output of the graph to a buffer; checked once, here."""
         wanted = set(self.inputs) | set(self.outputs)

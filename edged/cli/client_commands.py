@@ -43,7 +43,7 @@ def _endpoint(p: argparse.ArgumentParser) -> None:
 
 
 def say(args: argparse.Namespace) -> int:
-    from edged.audio_io import write_wav
+    from edged.audio.wav import write_wav
     from edged.client import Client, RequestRejected
 
     sampling = {"seed": args.seed} if args.seed is not None else None

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 from edged.artifact import ArtifactError, load_artifact
-from edged.audio_io import write_wav
+from edged.audio.wav import write_wav
 from edged.backends import EngineError, make_backend
-from edged.request import SpeechRequest
+from edged.request import Sampling, SamplingError, SpeechRequest
 from edged.synth import RequestError, Synthesizer
-from edged.talker.sampling import Sampling, SamplingError
 
 EXIT_BAD_INPUT = 2
 
@@ -29,7 +28,8 @@ def add_parser(commands) -> None:
     p.add_argument("--greedy", action="store_true", help="argmax everywhere, repetition penalty 1.0")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
-    p.add_argument("--streaming-text", action="store_true", help="feed one text token per frame (dual track)")
+    p.add_argument("--dual-track", "--streaming-text", dest="dual_track", action="store_true",
+                   help="the dual-track layout: one text token per frame beside the codec track")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
     p.add_argument("--threads", type=int, default=0, help="engine threads (0: all cores)")
     p.set_defaults(run=run)
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         sampling = Sampling.greedy() if args.greedy else Sampling.defaults(artifact.sampling)
         sampling = sampling.with_overrides({"seed": args.seed} if args.seed is not None else None)
         request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
-                                instruct=args.instruct, sampling=sampling, streaming_text=args.streaming_text,
+                                instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
                                 max_frames=args.max_frames)
         synth = Synthesizer(artifact, make_backend(args.backend, args.threads))
         result = synth.synthesize([request])[0]

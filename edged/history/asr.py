@@ -3,7 +3,6 @@ the `asr` calibration policy sends it the part of a reply the listener heard (he
 
 - `heard_pcm`: the reply's first `max(0, played_ms - guard_ms)` of audio; refused (None) under half a
   second or with non-finite samples. The guard also keeps a word being spoken at the cut out.
-- `wav_bytes`: float32 mono PCM -> clipped 16-bit mono WAV.
 - `Transcriber.transcribe`: one multipart POST `{file, model, response_format=json}` on its own
   connection (so calls may run on any thread at once), the whole request bounded by `timeout_s`;
   every failure is a `TranscriptionError` naming why. A transcript is evidence only: the caller
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import io
 import json
 import logging
 import math
@@ -24,7 +22,6 @@ import secrets
 import socket
 import threading
 import time
-import wave
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -53,22 +50,6 @@ def heard_pcm(pcm: np.ndarray, sample_rate: int, played_ms: float, guard_ms: flo
     if len(heard) < MIN_HEARD_S * sample_rate or not np.isfinite(heard).all():
         return None
     return heard
-
-
-def wav_bytes(pcm: np.ndarray, sample_rate: int) -> bytes:
-    """float32 mono PCM in [-1, 1] (clipped) -> a 16-bit mono WAV file."""
-    if pcm.ndim != 1 or sample_rate <= 0:
-        raise ValueError(f"wav_bytes needs mono PCM and a positive rate (shape {pcm.shape}, rate {sample_rate})")
-    if not np.isfinite(pcm).all():
-        raise ValueError("wav_bytes: PCM has non-finite samples")
-    frames = np.rint(np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2")
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sample_rate)
-        w.writeframes(frames.tobytes())
-    return out.getvalue()
 
 
 class Transcriber:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from edged.history.asr import Transcriber, heard_pcm, wav_bytes
+from edged.audio.wav import wav_bytes
+from edged.history.asr import Transcriber, heard_pcm
 from edged.history.calibration import Policy, Snapshot
 from edged.history.rates import VoiceRates
 from edged.history.text import asr_prefix, rate_prefix, unit_count, units

@@ -177,6 +177,17 @@ class History:
         self.inbox.put(Stop())
         self._thread.join(timeout=5)
 
+    # ----------------------------------------------------------------------------- from the loop
+
+    def unreserve(self, client: bytes, id: Any) -> None:
+        """A speak with a session was rejected: its reserved slot goes."""
+        self.inbox.put(Unreserve(client, id))
+
+    def ended(self, client: bytes, id: Any, reason: str, generated_ms: int, played_ms: int | None,
+              pcm: np.ndarray | None, sample_rate: int) -> None:
+        """A reply is over (sent before its `done`, so whatever the client sends after it comes after)."""
+        self.inbox.put(Ended(client, id, reason, generated_ms, played_ms, pcm, sample_rate))
+
     # ----------------------------------------------------------------------------- the thread
 
     def _run(self) -> None:

@@ -1,8 +1,20 @@
-"""The scheduler: bookkeeping only (no tensors, sockets or clocks), so it tests with plain lists.
+"""The scheduler: bookkeeping only (no tensors, sockets or clocks), so it tests with plain values.
 
-A request's life is one ordered enum changed here and nowhere else: WAITING -> RUNNING -> one of
-the FINISHED_* states (everything from FINISHED_EOS on is finished). A request waits in a bounded
-queue, takes the lowest free cohort slot at a frame boundary, and frees it the moment it finishes.
+A request's life is one ordered enum, changed here and nowhere else (vLLM's RequestStatus):
+
+    WAITING -> RUNNING -> PLAYING -> FINISHED_*        (everything from FINISHED_EOS on is finished)
+                      \\-----------> FINISHED_*         (a reply that is not on the local speaker)
+
+A request waits in a bounded queue, takes the lowest free cohort slot at a frame boundary, and
+frees it the moment its generation ends. A reply on the local speaker then stays PLAYING until the
+speaker is through with it. Why a request ended is decided here too, from what the loop reports:
+
+- generation ended (`end`): eos | length | cancelled | error; the first reason given stays;
+- the speaker was through (`played`): played to its end keeps the generation's reason; a cut keeps
+  the cause of the cut: the user spoke (interrupted), the device failed (error), a cancel arrived
+  while it played (cancelled), or generation failed (that reason). A cut while still generating
+  stops generation at the next frame boundary with the cut's reason.
+
 Invariants are asserted after every change.
 """
 
@@ -18,6 +30,7 @@ from typing import Any
 class Status(enum.IntEnum):
     WAITING = 0
     RUNNING = 1
+    PLAYING = 2
     FINISHED_EOS = 10
     FINISHED_LENGTH = 11
     FINISHED_CANCELLED = 12
@@ -35,6 +48,8 @@ class Status(enum.IntEnum):
 
 
 FINISHED = {s.reason: s for s in Status if s.finished}
+COMPLETE = (Status.FINISHED_EOS, Status.FINISHED_LENGTH)
+"""Generation that reached its end (only a cut on the speaker changes these)."""
 
 
 @dataclass(eq=False)
@@ -43,9 +58,15 @@ class Entry:
 
     key: Hashable
     payload: Any = None
+    plays: bool = False
+    """It is on the local speaker: it finishes when the speaker is through with it."""
     status: Status = Status.WAITING
     slot: int | None = None
     cancel_requested: bool = False
+    ending: Status | None = None
+    """Set when generation ends (or a cut decides it first): the status it finishes with."""
+    error: str | None = None
+    """Why it failed, when it ends with error (the first failure)."""
 
 
 class Scheduler:
@@ -54,7 +75,9 @@ class Scheduler:
         self.queue_limit = queue_limit
         self.waiting: deque[Entry] = deque()
         self.running: dict[int, Entry] = {}  # slot -> entry
+        self.playing: dict[Hashable, Entry] = {}
         self.by_key: dict[Hashable, Entry] = {}
+        """Every request in flight: waiting, running or playing."""
 
     def submit(self, entry: Entry) -> str | None:
         """Queue a request; returns a rejection reason instead when it cannot be taken."""
@@ -81,7 +104,8 @@ class Scheduler:
         return joined
 
     def cancel(self, key: Hashable) -> Entry | None:
-        """Mark a request cancelled; a waiting one finishes at once, a running one at the next boundary."""
+        """A waiting request finishes at once, a running one at the next boundary (the loop ends it),
+        a playing one when its cut has passed the speaker."""
         entry = self.by_key.get(key)
         if entry is None:
             return None
@@ -91,14 +115,47 @@ class Scheduler:
             self._finish(entry, Status.FINISHED_CANCELLED)
         return entry
 
-    def finish(self, entry: Entry, reason: str) -> None:
-        """A running request ends with `reason` (eos | length | cancelled | interrupted | error)."""
-        self._finish(entry, FINISHED[reason])
+    def end(self, entry: Entry, reason: str, error: str | None = None) -> None:
+        """A running request's generation is over (eos | length | cancelled | error); its slot is free."""
+        assert entry.status is Status.RUNNING and entry.slot is not None, f"{entry.key} ended while {entry.status.name}"
+        del self.running[entry.slot]
+        self._decide(entry, FINISHED[reason], error)
+        if entry.plays:
+            entry.status = Status.PLAYING
+            self.playing[entry.key] = entry
+            self._check()
+        else:
+            assert entry.ending is not None
+            self._finish(entry, entry.ending)
+
+    def played(self, entry: Entry, cut: str | None, error: str | None = None) -> None:
+        """The speaker is through with the reply. cut: None (played to its end) | "stopped" (the
+        loop cut it) | "interrupted" (the user spoke) | "error" (the device failed)."""
+        assert entry.plays and not entry.status.finished, f"{entry.key} played while {entry.status.name}"
+        entry.plays = False
+        if entry.status is Status.RUNNING:  # cut while generating: generation stops at the next boundary
+            self._decide(entry, FINISHED[cut] if cut in ("interrupted", "error") else Status.FINISHED_CANCELLED, error)
+            entry.cancel_requested = True
+            self._check()
+            return
+        assert entry.ending is not None
+        if cut in ("interrupted", "error"):
+            final = FINISHED[cut]
+        elif cut == "stopped" and entry.ending in COMPLETE:
+            final = Status.FINISHED_CANCELLED  # only a cancel cuts a complete reply
+        else:
+            final = entry.ending
+        if final is Status.FINISHED_ERROR and entry.error is None:
+            entry.error = error
+        del self.playing[entry.key]
+        self._finish(entry, final)
+
+    def _decide(self, entry: Entry, status: Status, error: str | None) -> None:
+        if entry.ending is None:
+            entry.ending, entry.error = status, error
 
     def _finish(self, entry: Entry, status: Status) -> None:
         assert not entry.status.finished, f"{entry.key} finished twice"
-        if entry.slot is not None and self.running.get(entry.slot) is entry:
-            del self.running[entry.slot]
         entry.status = status
         del self.by_key[entry.key]
         self._check()
@@ -111,4 +168,5 @@ class Scheduler:
         assert len(self.running) <= self.max_batch
         assert all(e.status is Status.WAITING for e in self.waiting)
         assert all(e.status is Status.RUNNING and e.slot == s for s, e in self.running.items())
-        assert len(self.by_key) == len(self.waiting) + len(self.running)
+        assert all(e.status is Status.PLAYING for e in self.playing.values())
+        assert len(self.by_key) == len(self.waiting) + len(self.running) + len(self.playing)

@@ -1,10 +1,12 @@
 """The talker stage: prefill per request, then one codec frame per member per step.
 
-Per step, for the whole cohort at once: the code predictor turns each member's pending code 0
-(and the talker hidden that produced it) into groups 1..G-1, the frame is published on the codec
-port, and the talker decodes one step from the frame's codec-embedding sum plus the next
-text-track row, sampling the next code 0. Sampling runs inside the graphs; only codes cross to the
-host. Every buffer is claimed in `preallocate()`; the step path runs bound plans and copies rows.
+Per step, for the members that step: the code predictor turns each pending code 0 (and the talker
+hidden that produced it) into groups 1..G-1, the frame is published on the codec port, and the
+talker decodes one step from the frame's codec-embedding sum plus the next text-track row,
+sampling the next code 0. Sampling runs inside the graphs; only codes cross to the host. Every
+buffer is claimed in `preallocate()`, each with the dtype its graph declares; the step path runs
+bound plans and copies rows. The family (`edged.families`) supplies the prompt layout and the
+special ids; nothing here names a family.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ import numpy as np
 
 from edged.artifact import Artifact
 from edged.backends import Backend, Plan
-from edged.request import SpeechRequest
-from edged.talker.port import CodecPort
-from edged.talker.prefill import PrefillBuilder, Prompt, PromptError
-from edged.talker.sampling import SamplingError
+from edged.core.port import CodecPort
+from edged.families import Talking
+from edged.request import SamplingError, SpeechRequest
+from edged.talker.prompt import Prompt, PromptError
 
 EOS_BLOCKED_DECISIONS = 2  # the reference masks eos for the first two code-0 decisions
 
 
 class Outcome(Enum):
+    """What the stage saw end a member's generation (the request's end reason is the scheduler's)."""
+
     RUNNING = "running"
     EOS = "eos"
     LENGTH = "length"
+    STOPPED = "stopped"  # ended from outside: cancelled, failed, cut
 
 
 @dataclass
@@ -47,21 +52,21 @@ class Member:
     prefill_ms: float = 0.0
     step_ms: float = 0.0
     first_frame_at: float | None = None
-    reason: str | None = None  # set by finish(): eos | length | cancelled | interrupted | error
 
 
 class TalkerStage:
-    def __init__(self, artifact: Artifact, backend: Backend, tables: dict[str, np.ndarray], port: CodecPort):
+    def __init__(self, artifact: Artifact, backend: Backend, talking: Talking, tables: dict[str, np.ndarray],
+                 port: CodecPort):
         self.artifact = artifact
         self.backend = backend
         self.port = port
-        self.builder = PrefillBuilder(artifact, tables)
-        self.tts_pad = tables["tts_pad"]
-        self.eos = artifact.special["codec_eos"]
-        files = artifact.files
-        self.prefill_engine = backend.load(files["talker_prefill"])
-        self.decode_engine = backend.load(files["talker_decode"])
-        self.cp_engine = backend.load(files["code_predictor"])
+        self.layout = talking.layout
+        self.eos = talking.eos
+        self.tables = tables
+        self.pad_row = tables[talking.pad.table][talking.pad.ids[0]]
+        self.prefill_engine = backend.load(artifact.file("talker_prefill"))
+        self.decode_engine = backend.load(artifact.file("talker_decode"))
+        self.cp_engine = backend.load(artifact.file("code_predictor"))
         self.claimed: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------- boot
@@ -70,29 +75,30 @@ class TalkerStage:
         """Claim every buffer (sized max_batch x max_seq) and bind every plan; returns bytes per part."""
         a, d = self.artifact, self.artifact.dims
         b, s, h, g = a.max_batch, a.max_seq, d.hidden, d.code_groups
+        dec, cp, pre = self.decode_engine.dtype, self.cp_engine.dtype, self.prefill_engine.dtype
         e = self.backend.empty
-        self.keys = [e((b, d.kv_heads, d.head_dim, s), np.float32) for _ in range(d.layers)]  # [B, Hkv, D, S]
-        self.values = [e((b, d.kv_heads, s, d.head_dim), np.float32) for _ in range(d.layers)]  # [B, Hkv, S, D]
-        self.new_keys = [e((b, d.kv_heads, d.head_dim, 1), np.float32) for _ in range(d.layers)]
-        self.new_values = [e((b, d.kv_heads, 1, d.head_dim), np.float32) for _ in range(d.layers)]
-        self.prefill_keys = [e((d.kv_heads * d.head_dim * s,), np.float32) for _ in range(d.layers)]
-        self.prefill_values = [e((d.kv_heads * d.head_dim * s,), np.float32) for _ in range(d.layers)]
-        self.prefill_rows = e((s, h), np.float32)
-        self.track = e((b, s, h), np.float32)
-        self.inputs_embeds = e((b, h), np.float32)
-        self.positions = e((b,), np.int64)
-        self.seen = e((b, d.vocab), np.float32)
-        self.repetition_penalty = e((b,), np.float32)
-        self.allow_eos = e((b,), np.bool_)
-        self.temperature, self.top_k, self.top_p = e((b,), np.float32), e((b,), np.int64), e((b,), np.float32)
-        self.noise = e((b, d.vocab), np.float32)
-        self.hidden = e((b, h), np.float32)
-        self.code0 = e((b,), np.int64)
-        self.cp_temperature, self.cp_top_k, self.cp_top_p = e((b,), np.float32), e((b,), np.int64), e((b,), np.float32)
-        self.cp_noise = e((b, g - 1, d.codebook_size), np.float32)
-        self.codes = e((b, g - 1), np.int64)
-        self.codec_sum = e((b, h), np.float32)
-        self.held_hidden, self.held_code0 = np.zeros((b, h), np.float32), np.zeros(b, np.int64)
+        self.keys = [e((b, d.kv_heads, d.head_dim, s), dec(f"past_keys_{i}")) for i in range(d.layers)]  # [B, Hkv, D, S]
+        self.values = [e((b, d.kv_heads, s, d.head_dim), dec(f"past_values_{i}")) for i in range(d.layers)]  # [B, Hkv, S, D]
+        self.new_keys = [e((b, d.kv_heads, d.head_dim, 1), dec(f"new_keys_{i}")) for i in range(d.layers)]
+        self.new_values = [e((b, d.kv_heads, 1, d.head_dim), dec(f"new_values_{i}")) for i in range(d.layers)]
+        self.prefill_keys = [e((d.kv_heads * d.head_dim * s,), pre(f"new_keys_{i}")) for i in range(d.layers)]
+        self.prefill_values = [e((d.kv_heads * d.head_dim * s,), pre(f"new_values_{i}")) for i in range(d.layers)]
+        self.prefill_rows = e((s, h), pre("inputs_embeds"))
+        self.track = e((b, s, h), dec("inputs_embeds"))
+        self.inputs_embeds = e((b, h), dec("inputs_embeds"))
+        self.positions = e((b,), dec("positions"))
+        self.seen = e((b, d.vocab), dec("seen"))
+        self.repetition_penalty = e((b,), dec("repetition_penalty"))
+        self.allow_eos = e((b,), dec("allow_eos"))
+        self.temperature, self.top_k, self.top_p = e((b,), dec("temperature")), e((b,), dec("top_k")), e((b,), dec("top_p"))
+        self.noise = e((b, d.vocab), dec("noise"))
+        self.hidden = e((b, h), dec("hidden"))
+        self.code0 = e((b,), dec("code0"))
+        self.cp_temperature, self.cp_top_k, self.cp_top_p = e((b,), cp("temperature")), e((b,), cp("top_k")), e((b,), cp("top_p"))
+        self.cp_noise = e((b, g - 1, d.codebook_size), cp("noise"))
+        self.codes = e((b, g - 1), cp("codes"))
+        self.codec_sum = e((b, h), cp("codec_sum"))
+        self.held_hidden, self.held_code0 = np.zeros_like(self.hidden), np.zeros_like(self.code0)
         self.stepping = np.zeros(b, dtype=bool)
         self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
         self.cp_plans = [self._cp_plan(n) for n in range(1, b + 1)]
@@ -101,10 +107,9 @@ class TalkerStage:
         io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
-                                    self.cp_noise, self.codes, self.codec_sum))
+                                    self.cp_noise, self.codes, self.codec_sum, self.held_hidden, self.held_code0))
         text = self.prefill_rows.nbytes + self.track.nbytes
-        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io,
-                        "codec_port": self.port.nbytes}
+        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io}
         return self.claimed
 
     def _code0_bindings(self, rows: slice) -> dict[str, np.ndarray]:
@@ -132,40 +137,55 @@ class TalkerStage:
 
     # ---------------------------------------------------------------------------------- requests
 
+    def plan(self, request: SpeechRequest) -> Prompt:
+        """The request's prompt; every reason to refuse it (PromptError, SamplingError) is raised here."""
+        prompt = self.layout.plan(request)
+        request.sampling.validated()
+        if prompt.prefill_len >= self.artifact.max_seq:
+            raise PromptError(f"text too long: the prefill needs {prompt.prefill_len} of {self.artifact.max_seq} "
+                              f"KV slots and leaves no room for audio")
+        if request.max_frames is not None and request.max_frames < 1:
+            raise PromptError(f"max_frames must be >= 1, got {request.max_frames}")
+        return prompt
+
     def admit(self, request: SpeechRequest) -> tuple[bool, str]:
         """Refuse for free: unknown voice/language, bad sampling, empty or too long text."""
         try:
-            self.builder.plan(request)
-            request.sampling.validated()
+            self.plan(request)
         except (PromptError, SamplingError) as exc:
             return False, str(exc)
-        if request.max_frames is not None and request.max_frames < 1:
-            return False, f"max_frames must be >= 1, got {request.max_frames}"
         return True, ""
 
     def prepare(self, request: SpeechRequest, slot: int) -> Member:
         """Prefill one request into `slot`; afterwards its first code 0 is pending."""
         t0 = time.perf_counter()
-        prompt = self.builder.plan(request)
+        prompt = self.plan(request)
         sampling = request.sampling.validated()
         room = self.artifact.max_seq - prompt.prefill_len + 1
-        max_frames = min(request.max_frames or room, room)
-        m = Member(request, prompt, slot, max_frames, np.random.default_rng(sampling.seed))
-        self.builder.write(prompt, self.prefill_rows, self.track[slot])
-        self.seen[slot] = 0.0
+        m = Member(request, prompt, slot, min(request.max_frames or room, room), np.random.default_rng(sampling.seed))
+        prompt.write(self.tables, self.prefill_rows, self.track[slot])
+        self.seen[slot] = 0
         self.repetition_penalty[slot] = sampling.repetition_penalty
         self.temperature[slot], self.top_k[slot], self.top_p[slot] = sampling.temperature, sampling.top_k, sampling.top_p
         self.cp_temperature[slot], self.cp_top_k[slot] = sampling.cp_temperature, sampling.cp_top_k
         self.cp_top_p[slot] = sampling.cp_top_p
         self.allow_eos[slot] = False
         self._fill_noise(m)
-        self._prefill_plan(prompt.prefill_len, slot).run()
-        self._load_prefill_kv(prompt.prefill_len, slot)
-        m.position = prompt.prefill_len
+        t = prompt.prefill_len
+        self.prefill(slot, t)
+        m.position = t
         self._commit_code0(m)
         self.port.open(slot)
         m.prefill_ms = (time.perf_counter() - t0) * 1e3
         return m
+
+    def prefill(self, slot: int, t: int) -> None:
+        """Run the prefill over prefill_rows[:t] into `slot`: its KV rows, hidden and code 0."""
+        self._prefill_plan(t, slot).run()
+        d = self.artifact.dims
+        for i in range(d.layers):
+            self.keys[i][slot, :, :, :t] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(d.kv_heads, d.head_dim, t)
+            self.values[i][slot, :, :t] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(d.kv_heads, t, d.head_dim)
 
     def _prefill_plan(self, t: int, slot: int) -> Plan:
         d = self.artifact.dims
@@ -176,16 +196,10 @@ class TalkerStage:
             binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)
         return self.prefill_engine.plan(binds)
 
-    def _load_prefill_kv(self, t: int, slot: int) -> None:
-        d = self.artifact.dims
-        for i in range(d.layers):
-            self.keys[i][slot, :, :, :t] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(d.kv_heads, d.head_dim, t)
-            self.values[i][slot, :, :t] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(d.kv_heads, t, d.head_dim)
-
     # ---------------------------------------------------------------------------------- the step
 
-    def step_cohort(self, members: list[Member]) -> list[Outcome]:
-        """Exactly one codec frame per member; returns each member's outcome after it."""
+    def step_cohort(self, members: list[Member]) -> None:
+        """Exactly one codec frame per member; members not listed come out unchanged."""
         t0 = time.perf_counter()
         n = max(m.slot for m in members) + 1
         self._hold(members, n)
@@ -199,12 +213,12 @@ class TalkerStage:
             self.decode_plans[n - 1].run()  # next code 0 for members still talking
         self._restore(n)
         for m in talking:
-            self._commit_kv(m)
+            self.commit_kv(m.slot, m.position)
+            m.position += 1
             self._commit_code0(m)
         elapsed = (time.perf_counter() - t0) * 1e3
         for m in members:
             m.step_ms += elapsed
-        return [m.outcome for m in members]
 
     def _hold(self, members: list[Member], n: int) -> None:
         """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that
@@ -225,7 +239,7 @@ class TalkerStage:
 
     def _publish(self, m: Member) -> bool:
         """Frame -> codec port. False when the member reached its frame limit."""
-        self.port.append(m.slot, int(self.code0[m.slot]), self.codes[m.slot])
+        self.port.append(m.slot, self.code0[m.slot], self.codes[m.slot])
         m.frames += 1
         if m.first_frame_at is None:
             m.first_frame_at = time.perf_counter()
@@ -235,24 +249,24 @@ class TalkerStage:
         return True
 
     def _feed(self, m: Member) -> None:
-        """Next talker input: the frame's codec sum + the text-track row of this step (or tts_pad)."""
+        """Next talker input: the frame's codec sum + the text-track row of this step (or the pad row)."""
         k = m.frames - 1
-        text = self.track[m.slot, k] if k < m.prompt.track_len else self.tts_pad
+        text = self.track[m.slot, k] if k < m.prompt.track_len else self.pad_row
         np.add(self.codec_sum[m.slot], text, out=self.inputs_embeds[m.slot])
         self.positions[m.slot] = m.position
         self.allow_eos[m.slot] = m.decisions >= EOS_BLOCKED_DECISIONS
         self._fill_noise(m)
 
-    def _commit_kv(self, m: Member) -> None:
+    def commit_kv(self, slot: int, position: int) -> None:
+        """Write the decode's new K/V row of `slot` into the cache at `position`."""
         for keys, values, new_k, new_v in zip(self.keys, self.values, self.new_keys, self.new_values):
-            keys[m.slot, :, :, m.position] = new_k[m.slot, :, :, 0]
-            values[m.slot, :, m.position] = new_v[m.slot, :, 0]
-        m.position += 1
+            keys[slot, :, :, position] = new_k[slot, :, :, 0]
+            values[slot, :, position] = new_v[slot, :, 0]
 
     def _commit_code0(self, m: Member) -> None:
         code0 = self.code0[m.slot]
         m.decisions += 1
-        self.seen[m.slot, code0] = 1.0  # the repetition penalty sees every earlier code 0
+        self.seen[m.slot, code0] = 1  # the repetition penalty sees every earlier code 0
         if code0 == self.eos:
             m.outcome = Outcome.EOS
 
@@ -266,19 +280,19 @@ class TalkerStage:
 
     # ---------------------------------------------------------------------------------- lifecycle
 
-    def finish(self, m: Member, reason: str) -> None:
-        """Every exit path: record why and close the member's port so the vocoder drains it."""
-        m.reason = reason
+    def finish(self, m: Member) -> None:
+        """Every exit path: a member still running is stopped; its port closes so the vocoder drains it."""
+        if m.outcome is Outcome.RUNNING:
+            m.outcome = Outcome.STOPPED
         self.port.close(m.slot)
 
     def reset(self) -> None:
         """Forget every member; buffers stay claimed. Idempotent."""
-        self.port.published[:] = 0
-        self.port.closed[:] = True
+        self.port.reset()
 
     def diagnostics(self, m: Member) -> dict:
         return {
-            "stage": "talker", "frames": m.frames, "stopped": m.reason or m.outcome.value,
-            "prefill_rows": m.prompt.prefill_len, "text_tokens": len(m.prompt.text_ids),
+            "stage": "talker", "frames": m.frames, "stopped": m.outcome.value,
+            "prefill_rows": m.prompt.prefill_len, "text_tokens": m.prompt.text_tokens,
             "max_frames": m.max_frames, "prefill_ms": round(m.prefill_ms, 3), "step_ms": round(m.step_ms, 3),
         }

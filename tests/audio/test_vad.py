@@ -226,7 +226,7 @@ def test_without_the_vad_model_the_daemon_serves_without_its_microphone(monkeypa
     import edged.audio.vad as vad_module
     from edged.config import Config
     from edged.daemon import Daemon
-    from edged.events import Events
+    from edged.server.events import Events
 
     def missing() -> None:
         raise FileNotFoundError("the Silero VAD model comes from the 'silero-vad' package, which is not installed")

@@ -20,7 +20,7 @@ def artifact(builtin_artifact):
 
 @pytest.fixture(scope="module")
 def predictor(artifact, backend):
-    return backend.load(artifact.files["code_predictor"])
+    return backend.load(artifact.file("code_predictor"))
 
 
 def _predictor_buffers(artifact, backend, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -43,10 +43,10 @@ def _predictor_buffers(artifact, backend, n: int, seed: int = 0) -> dict[str, np
 
 
 def test_tensor_names_follow_the_manifest(artifact, backend):
-    for graph, names in artifact.tensors.items():
-        engine = backend.load(artifact.files[graph])
-        assert list(engine.inputs) == names["inputs"], graph
-        assert list(engine.outputs) == names["outputs"], graph
+    for role, graph in artifact.graphs.items():
+        engine = backend.load(artifact.file(role))
+        assert tuple(engine.inputs) == graph.inputs, role
+        assert tuple(engine.outputs) == graph.outputs, role
 
 
 def test_outputs_land_in_the_bound_buffers_and_are_deterministic(artifact, backend, predictor):
@@ -89,7 +89,7 @@ def test_plan_checks_every_binding(artifact, backend, predictor):
 
 def test_dynamic_prefill_length(artifact, backend):
     """One prefill engine serves any length up to max_seq; outputs are sized by the binding."""
-    engine = backend.load(artifact.files["talker_prefill"])
+    engine = backend.load(artifact.file("talker_prefill"))
     d = artifact.dims
     for t in (1, 7, 40):
         e = backend.empty

@@ -27,8 +27,9 @@ import onnx
 import onnxruntime as ort
 from safetensors.torch import load_file, save_file
 
-from engines.qwen3_tts_codec import Codec, CodecConfig, export_vocoder, load_codec, state_specs
-from engines.reference import import_qwen_tts
+from engines.qwen3_tts.codec import Codec, CodecConfig, load_codec, state_specs
+from engines.qwen3_tts.codec_export import export_vocoder
+from engines.qwen3_tts.reference import import_qwen_tts
 
 SAMPLES_PER_FRAME = 1920
 CODEBOOK_SIZE = 64

@@ -1,4 +1,4 @@
-"""The in-graph sampler (engines.qwen3_tts.sample / process_code0) against HF's logits processors."""
+"""The in-graph sampler (engines.sampling.sample / process_code0) against HF's logits processors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from engines.qwen3_tts import process_code0, sample
+from engines.sampling import process_code0, sample
 
 VOCAB = 40
 

@@ -1,4 +1,4 @@
-"""Tiny Qwen3-TTS checkpoints (engines.tiny) and the public reference run over them (engines.reference)."""
+"""Tiny Qwen3-TTS checkpoints (engines.qwen3_tts.tiny) and the public reference run over them (engines.qwen3_tts.reference)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ if importlib.util.find_spec("qwen_tts") is None:
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from engines.reference import reference_synthesize, reference_token_ids
-from engines.tiny import (
+from engines.qwen3_tts.reference import reference_synthesize, reference_token_ids
+from engines.qwen3_tts.tiny import (
     CODEC_IDS,
     GENERATION_CONFIG,
     LANGUAGES,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from support.transcription import Answer, Endpoint, transcription_server
 
-from edged.history.asr import Transcriber, TranscriptionError, heard_pcm, wav_bytes
+from edged.audio.wav import wav_bytes
+from edged.history.asr import Transcriber, TranscriptionError, heard_pcm
 
 RATE = 24000
 MODEL = "Qwen/Qwen3-ASR-0.6B"

@@ -76,9 +76,8 @@ def finishing_artifact(checkpoints, tmp_path_factory):
 
     from edged.artifact import load_artifact
     from edged.backends import make_backend
-    from edged.request import SpeechRequest
+    from edged.request import Sampling, SpeechRequest
     from edged.synth import Synthesizer
-    from edged.talker.sampling import Sampling
     from engines.export import export
 
     synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))

@@ -6,16 +6,19 @@ import time
 
 from edged import protocol as wire
 from edged.artifact import load_artifact
-from edged.request import SpeechRequest
-from edged.scheduler.loop import Cancel, CohortLoop, Drain, StatusQuery, Submit
-from edged.talker.sampling import Sampling
+from edged.core import Core
+from edged.request import Sampling, SpeechRequest
+from edged.scheduler.commands import Cancel, Drain, StatusQuery, Submit
+from edged.scheduler.loop import CohortLoop
+from edged.server.replies import ClientReplies
 
 
 def make_loop(builtin_artifact, backend, **kwargs):
     replies = []
-    loop = CohortLoop(load_artifact(builtin_artifact), backend, lambda c, m, p: replies.append((c, m)), **kwargs)
-    loop.preallocate()
-    return loop, replies
+    core = Core(load_artifact(builtin_artifact), backend)
+    core.preallocate()
+    clients = ClientReplies(lambda c, m, p: replies.append((c, m)), core.artifact.sample_rate, core.window_samples)
+    return CohortLoop(core, clients, **kwargs), replies
 
 
 def run_until_idle(loop, limit=2000):
@@ -69,14 +72,14 @@ def test_cancel_and_status(builtin_artifact, backend):
 
 def test_a_failing_prepare_fails_that_request_only(builtin_artifact, backend, monkeypatch):
     loop, replies = make_loop(builtin_artifact, backend)
-    real = loop.talker.prepare
+    real = loop.core.prepare
 
     def prepare(request, slot):
         if request.id == "boom":
             raise RuntimeError("injected failure")
         return real(request, slot)
 
-    monkeypatch.setattr(loop.talker, "prepare", prepare)
+    monkeypatch.setattr(loop.core, "prepare", prepare)
     loop.inbox.put(Submit(b"c", SpeechRequest("ok", "Fine.", max_frames=4), play=False))
     loop.inbox.put(Submit(b"c", SpeechRequest("boom", "Breaks.", max_frames=4), play=False))
     run_until_idle(loop)

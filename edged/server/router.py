@@ -9,18 +9,17 @@ forwards those replies to the ROUTER, so each socket is owned by exactly one thr
 from __future__ import annotations
 
 import logging
-import os
+import queue
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import zmq
 
 from edged import protocol as wire
 from edged.history.service import Ack, AddTurn, History, Query, Reserve
-from edged.request import SpeechRequest
-from edged.scheduler.loop import Cancel, CohortLoop, StatusQuery, Submit
-from edged.talker.sampling import Sampling
+from edged.request import Sampling, SpeechRequest
+from edged.scheduler.commands import Cancel, StatusQuery, Submit
+from edged.server.sockets import bind, connect, unbind_path
 
 log = logging.getLogger("edged.server")
 
@@ -29,10 +28,12 @@ HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times 
 
 
 class Server:
-    def __init__(self, endpoint: str, loop: CohortLoop, *, max_message_bytes: int, defaults: Sampling,
-                 history: History | None = None):
+    def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
+                 frame_ms: float, history: History | None = None):
+        """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames."""
         self.endpoint = endpoint
-        self.loop = loop
+        self.inbox = inbox
+        self.frame_ms = frame_ms
         self.history = history
         self.max_bytes = max_message_bytes
         self.defaults = defaults
@@ -42,18 +43,10 @@ class Server:
 
     def start(self) -> None:
         """Bind (errors surface here, at boot) and start the socket thread."""
-        if self.endpoint.startswith("ipc://"):
-            Path(self.endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.router = self.context.socket(zmq.ROUTER)
-        self.router.setsockopt(zmq.LINGER, 0)
-        self.router.setsockopt(zmq.MAXMSGSIZE, self.max_bytes * HARD_LIMIT_FACTOR)
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.router.bind(self.endpoint)
-        self.replies_in = self.context.socket(zmq.PULL)
-        self.replies_in.bind(REPLIES)
-        self._push = self.context.socket(zmq.PUSH)  # used by the loop thread only
-        self._push.connect(REPLIES)
-        self.loop.reply = self.reply
+        self.router = bind(self.context, zmq.ROUTER, self.endpoint, options={
+            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 0})
+        self.replies_in = bind(self.context, zmq.PULL, REPLIES)
+        self._push = connect(self.context, zmq.PUSH, REPLIES)  # used by the loop thread only
         self._thread = threading.Thread(target=self._serve, name="edged-zmq", daemon=True)
         self._thread.start()
 
@@ -69,10 +62,7 @@ class Server:
         self._push.close(linger=0)
         self.replies_in.close(linger=0)
         self.router.close(linger=2000)  # let the last `done` messages leave, but never hang the exit
-        if self.endpoint.startswith("ipc://"):
-            path = self.endpoint[len("ipc://"):]
-            if os.path.exists(path):
-                os.unlink(path)
+        unbind_path(self.endpoint)
 
     # ----------------------------------------------------------------------------- socket thread
 
@@ -109,7 +99,7 @@ class Server:
             self.router.send_multipart([client, *wire.encode(wire.Error(exc.reason, exc.id))])
             return
         if command is not None:
-            self.loop.inbox.put(command)
+            self.inbox.put(command)
 
     def _command(self, client: bytes, message):
         """The loop's command for a message; None when the history thread takes it instead."""
@@ -146,7 +136,6 @@ class Server:
             raise wire.ProtocolError("more_text (streamed text input) is not supported by this daemon yet", m.id)
         # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
         sampling = replace(self.defaults, **(m.sampling or {}))
-        frame_ms = self.loop.artifact.frame_ms
-        max_frames = max(1, int(m.max_audio_ms // frame_ms)) if m.max_audio_ms else None
+        max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
                              sampling=sampling, max_frames=max_frames)

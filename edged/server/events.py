@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import msgpack
 import zmq
+
+from edged.server.sockets import bind, unbind_path
 
 log = logging.getLogger("edged.events")
 
@@ -36,12 +37,7 @@ class Events:
         """Events dropped at the high-water mark."""
         if endpoint is None:
             return
-        if endpoint.startswith("ipc://"):
-            Path(endpoint[len("ipc://"):]).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        socket = (context or zmq.Context.instance()).socket(zmq.PUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.SNDHWM, 2000)
-        socket.bind(endpoint)
+        socket = bind(context or zmq.Context.instance(), zmq.PUB, endpoint, options={zmq.SNDHWM: 2000})
         self._socket = socket
 
     def publish(self, topic: str, header: dict[str, Any], pcm: memoryview | bytes | None = None) -> None:
@@ -61,5 +57,5 @@ class Events:
             if self._socket is not None:
                 self._socket.close(linger=0)
                 self._socket = None
-        if self.endpoint and self.endpoint.startswith("ipc://"):
-            Path(self.endpoint[len("ipc://"):]).unlink(missing_ok=True)
+        if self.endpoint:
+            unbind_path(self.endpoint)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark the daemon end to end over the protocol against the bare engine loop, same artifact.
 
-    python scripts/bench_daemon.py [--artifact DIR] [--frames N] [--threads T] [--repeats R]
+    python scripts/bench/daemon.py [--artifact DIR] [--frames N] [--threads T] [--repeats R]
 
 The daemon (`edged serve`, a subprocess) serves 1 and then 4 concurrent greedy requests of N frames,
 each from its own client thread over ipc:// with `stream: true`; the bare loop (the same bound
-plans run back to back, from scripts/bench_synth.py) makes the same frames in this process.
+plans and kernels run back to back, common.BareLoop) makes the same frames in this process.
 Prints frames/s (all requests together), the ratio daemon/bare, and the time to first audio chunk
 as a client sees it (send -> first `audio` message) next to the bare loop's first PCM. Median of
 R runs after a warm-up; the daemon and the bare loop alternate.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_synth
+from common import LANGUAGE, SPEAKER, TEXTS, BareLoop, Run, machine, requests
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
 from edged.client import Client
-from edged.synth import Synthesizer
+from edged.core import Core
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "repetition_penalty": 1.0, "cp_temperature": 0.0, "cp_top_k": 0}
 
@@ -53,7 +53,7 @@ def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subproc
                 raise RuntimeError((tmp / "daemon.log").read_text()) from None
 
 
-def run_daemon(endpoint: str, batch: int, frames: int) -> bench_synth.Run:
+def run_daemon(endpoint: str, batch: int, frames: int) -> Run:
     """`batch` clients, one request each, all at once; wall until the last `done`."""
     first_audio: list[float] = []
     barrier = threading.Barrier(batch + 1)
@@ -62,7 +62,7 @@ def run_daemon(endpoint: str, batch: int, frames: int) -> bench_synth.Run:
         with Client(endpoint, timeout_s=600) as client:
             barrier.wait()
             sent = time.perf_counter()
-            utterance = client.speak(bench_synth.TEXTS[i], voice=bench_synth.SPEAKER, language=bench_synth.LANGUAGE,
+            utterance = client.speak(TEXTS[i], voice=SPEAKER, language=LANGUAGE,
                                      play=False, stream=True, max_audio_ms=frames * 80, sampling=GREEDY)
             for event in utterance:
                 if type(event).__name__ == "Audio" and event.seq == 0:
@@ -76,7 +76,7 @@ def run_daemon(endpoint: str, batch: int, frames: int) -> bench_synth.Run:
     t0 = time.perf_counter()
     for t in threads:
         t.join()
-    return bench_synth.Run(time.perf_counter() - t0, batch * frames, None, statistics.median(first_audio))
+    return Run(time.perf_counter() - t0, batch * frames, None, statistics.median(first_audio))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,10 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
 
-    print("\n".join(bench_synth.machine()))
+    print("\n".join(machine()))
     artifact = load_artifact(args.artifact)
-    synth = Synthesizer(artifact, make_backend("onnxruntime", threads=args.threads))
-    bare = bench_synth.BareLoop(synth)
+    core = Core(artifact, make_backend("onnxruntime", threads=args.threads))
+    core.preallocate()
+    bare = BareLoop(core)
     print(f"artifact: {artifact.path} ({artifact.family}, max_batch {artifact.max_batch}), {args.frames} frames "
           f"per request, {args.threads} engine thread(s), median of {args.repeats}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(f"\n{'batch':>5} {'path':>7} {'frames/s':>9} {'wall ms':>9} {'1st audio ms':>13} {'daemon/bare':>12}")
             for batch in (1, 4):
-                bare.setup(bench_synth.requests(batch, args.frames))
+                bare.setup(requests(batch, args.frames))
                 run_daemon(endpoint, batch, args.frames), bare.run(args.frames)  # warm-up
                 daemon_runs, bare_runs = [], []
                 for _ in range(args.repeats):
                     daemon_runs.append(run_daemon(endpoint, batch, args.frames))
-                    bare.setup(bench_synth.requests(batch, args.frames))
+                    bare.setup(requests(batch, args.frames))
                     bare_runs.append(bare.run(args.frames))
                 d_wall = statistics.median(r.wall_s for r in daemon_runs)
                 b_wall = statistics.median(r.wall_s for r in bare_runs)

@@ -14,7 +14,7 @@ class CodecPort:
     def __init__(self, max_batch: int, max_frames: int, groups: int):
         self.codes = np.zeros((max_batch, max_frames, groups), dtype=np.int64)  # [B, F, G]
         self.published = np.zeros(max_batch, dtype=np.int64)
-        self.closed = np.zeros(max_batch, dtype=bool)  # no more frames will come for this slot
+        self.closed = np.ones(max_batch, dtype=bool)  # no more frames will come for this slot
 
     @property
     def nbytes(self) -> int:
@@ -24,7 +24,7 @@ class CodecPort:
         self.published[slot] = 0
         self.closed[slot] = False
 
-    def append(self, slot: int, code0: int, rest: np.ndarray) -> None:
+    def append(self, slot: int, code0, rest: np.ndarray) -> None:
         """Write frame `published[slot]` = [code0, *rest] and publish it."""
         n = self.published[slot]
         row = self.codes[slot, n]
@@ -34,6 +34,10 @@ class CodecPort:
 
     def close(self, slot: int) -> None:
         self.closed[slot] = True
+
+    def reset(self) -> None:
+        self.published[:] = 0
+        self.closed[:] = True
 
     def frames(self, slot: int) -> np.ndarray:
         """The published frames of a slot, [n, G] (a view)."""

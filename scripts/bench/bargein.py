@@ -1,6 +1,6 @@
 """Barge-in latency and cursor error of the real daemon on a real audio server (JACK dummy, 24 kHz).
 
-    .venv/bin/python scripts/bench_bargein.py [--runs 8]
+    .venv/bin/python scripts/bench/bargein.py [--runs 8]
 
 Starts jackd (dummy backend, 256-frame periods), the daemon on the built-in tiny artifact, and a
 JACK client that records the daemon's output port and plays espeak-ng speech into its input port
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "audio")]
 
 VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]

@@ -9,10 +9,9 @@ ONNX export and a runtime that owns its buffers:
 - `CodePredictorFrame`: the whole residual frame (groups 1..G-1) unrolled, with sampling inside,
   plus the codec-embedding sum that the next talker step takes as input.
 
-Text-only inputs give three equal M-RoPE position rows, so the interleaved multimodal RoPE of the
-reference is plain 1-D RoPE here. Sampling follows HF's processor order (see `process_code0` and
-`sample`). The K cache is stored transposed, [B, Hkv, D, S], so decode attention is two plain
-MatMuls over the cache with no transpose of the cache in the graph.
+The decoder layers are `engines.layers` (shared with the other talker families) and the sampling is
+`engines.sampling`. The K cache is stored transposed, [B, Hkv, D, S], so decode attention is two
+plain MatMuls over the cache with no transpose of the cache in the graph.
 """
 
 from __future__ import annotations
@@ -25,25 +24,10 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-NEG_INF = float("-inf")
-SPECIALS_PER_VOCAB = 1024  # the reference suppresses [vocab - 1024, vocab) except eos
-
+from engines.layers import Stack, StackConfig, rope_tables, stack_config
+from engines.sampling import process_code0, sample
 
 # ----------------------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    """One decoder-only transformer stack (talker or code predictor)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    rms_eps: float
-    rope_theta: float
 
 
 @dataclass(frozen=True)
@@ -79,8 +63,8 @@ class Qwen3TTSConfig:
         gen = _read_json(checkpoint / "generation_config.json") if (checkpoint / "generation_config.json").exists() else {}
         dialects = t.get("spk_is_dialect") or {}
         return cls(
-            talker=_stack(t, "talker_config"),
-            predictor=_stack(cp, "code_predictor_config"),
+            talker=stack_config(t),
+            predictor=stack_config(cp),
             vocab=t["vocab_size"],
             codebook_size=cp["vocab_size"],
             code_groups=t["num_code_groups"],
@@ -122,192 +106,6 @@ def _key(d: dict, key: str, where: str):
     if key not in d:
         raise KeyError(f"{where}: missing key {key!r}")
     return d[key]
-
-
-def _stack(c: dict, where: str) -> StackConfig:
-    heads = c["num_attention_heads"]
-    return StackConfig(
-        hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=heads,
-        kv_heads=c.get("num_key_value_heads") or heads,
-        head_dim=c.get("head_dim") or c["hidden_size"] // heads,
-        intermediate=c["intermediate_size"], rms_eps=c.get("rms_norm_eps", 1e-6),
-        rope_theta=c.get("rope_theta", 10000.0),
-    )
-
-
-# ----------------------------------------------------------------------------------------- blocks
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin for float positions [...] -> [..., D], computed as HF computes them (float32)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = positions.float().unsqueeze(-1) * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
-class Attention(nn.Module):
-    def __init__(self, c: StackConfig):
-        super().__init__()
-        self.c = c
-        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
-        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
-        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
-        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
-        self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
-        self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
-
-    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """x [B, T, H] -> q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D], rotated."""
-        b, t, _ = x.shape
-        c = self.c
-        q = self.q_norm(self.q_proj(x).view(b, t, c.heads, c.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-    def causal(self, x, cos, sin, past_k=None, past_v=None):
-        """Full causal attention over (optional past) + x. Returns out [B,T,H], k, v of x's rows."""
-        q, k, v = self.project(x, cos, sin)
-        keys = k if past_k is None else torch.cat((past_k, k), dim=2)
-        values = v if past_v is None else torch.cat((past_v, v), dim=2)
-        rep = self.c.heads // self.c.kv_heads
-        keys_r = keys.repeat_interleave(rep, dim=1)
-        values_r = values.repeat_interleave(rep, dim=1)
-        t, s = q.shape[2], keys.shape[2]
-        scores = torch.matmul(q, keys_r.transpose(2, 3)) * self.c.head_dim**-0.5  # [B, Hq, T, S]
-        row = torch.arange(t).unsqueeze(1) + (s - t)
-        col = torch.arange(s).unsqueeze(0)
-        scores = scores.masked_fill(col > row, NEG_INF)
-        out = torch.matmul(torch.softmax(scores, dim=-1), values_r)  # [B, Hq, T, D]
-        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1)), k, v
-
-    def step(self, x, cos, sin, past_kt, past_v, valid):
-        """One new row per batch member over a cache.
-
-        x [B, 1, H]; past_kt [B, Hkv, D, S] (transposed keys); past_v [B, Hkv, S, D];
-        valid [B, 1, 1, S] bool (cache slots before the row's position). Grouped-query heads are
-        folded into the query rows so the cache is read once, never repeated or transposed.
-        """
-        c = self.c
-        b = x.shape[0]
-        rep = c.heads // c.kv_heads
-        q, k, v = self.project(x, cos, sin)  # q [B, Hq, 1, D], k/v [B, Hkv, 1, D]
-        scale = c.head_dim**-0.5
-        q = q.reshape(b, c.kv_heads, rep, c.head_dim)  # [B, Hkv, rep, D]
-        past_scores = torch.matmul(q, past_kt) * scale  # [B, Hkv, rep, S]
-        past_scores = torch.where(valid, past_scores, torch.full_like(past_scores, NEG_INF))
-        new_score = torch.matmul(q, k.transpose(2, 3)) * scale  # [B, Hkv, rep, 1]
-        weights = torch.softmax(torch.cat((past_scores, new_score), dim=-1), dim=-1)
-        s = past_scores.shape[-1]
-        out = torch.matmul(weights[..., :s], past_v) + weights[..., s:] * v  # [B, Hkv, rep, D]
-        return self.o_proj(out.reshape(b, 1, c.heads * c.head_dim)), k, v
-
-
-class MLP(nn.Module):
-    def __init__(self, c: StackConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
-        self.up_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
-        self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Block(nn.Module):
-    def __init__(self, c: StackConfig):
-        super().__init__()
-        self.self_attn = Attention(c)
-        self.mlp = MLP(c)
-        self.input_layernorm = RMSNorm(c.hidden, c.rms_eps)
-        self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
-
-    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        x = x + attn
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Stack(nn.Module):
-    """Layers + final norm; weights named as in the checkpoint under `<prefix>.layers.*`."""
-
-    def __init__(self, c: StackConfig):
-        super().__init__()
-        self.c = c
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
-        self.norm = RMSNorm(c.hidden, c.rms_eps)
-
-    def causal(self, x, positions, past=None):
-        """x [B, T, H] at positions [T]; past: list of (k, v) per layer or None. Returns h, [(k, v)]."""
-        cos, sin = rope_tables(positions, self.c.head_dim, self.c.rope_theta)
-        rows = []
-        for i, layer in enumerate(self.layers):
-            pk, pv = past[i] if past is not None else (None, None)
-            attn, k, v = layer.self_attn.causal(layer.input_layernorm(x), cos, sin, pk, pv)
-            x = layer.finish(x, attn)
-            rows.append((k, v))
-        return self.norm(x), rows
-
-
-# ----------------------------------------------------------------------------------------- sampling
-
-
-def process_code0(logits, seen, repetition_penalty, allow_eos, eos: int):
-    """Repetition penalty over earlier code-0 tokens, then suppress specials (and eos until allowed).
-
-    logits [B, V]; seen [B, V] (1.0 where the token was generated before); allow_eos [B] bool.
-    """
-    vocab = logits.shape[-1]
-    penalty = repetition_penalty.unsqueeze(-1)
-    penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
-    logits = torch.where(seen > 0, penalized, logits)
-    ids = torch.arange(vocab)
-    suppressed = (ids >= vocab - SPECIALS_PER_VOCAB) & (ids != eos)  # [V]
-    eos_blocked = (ids == eos).unsqueeze(0) & ~allow_eos.unsqueeze(-1)  # [B, V]
-    return torch.where(suppressed.unsqueeze(0) | eos_blocked, torch.full_like(logits, NEG_INF), logits)
-
-
-def sample(logits, temperature, top_k, top_p, noise):
-    """Temperature -> top-k -> top-p -> Gumbel-max, per row; temperature <= 0 is greedy (argmax).
-
-    logits [..., V]; temperature/top_k/top_p broadcast over the leading dims; noise [..., V] uniform.
-    HF's top-p removes a token when the ascending cumulative probability up to it is <= 1 - top_p,
-    i.e. when the probability mass strictly above it (in descending order) is >= top_p.
-    """
-    vocab = logits.shape[-1]
-    greedy = temperature <= 0
-    t = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(-1)
-    scaled = logits / t
-    ordered, _ = torch.sort(scaled, dim=-1, descending=True)
-    k = torch.where((top_k <= 0) | (top_k > vocab), torch.full_like(top_k, vocab), top_k)
-    in_top_k = torch.arange(vocab) < k.unsqueeze(-1)
-    ordered = torch.where(in_top_k, ordered, torch.full_like(ordered, NEG_INF))
-    probs = torch.softmax(ordered, dim=-1)
-    mass_above = torch.cumsum(probs, dim=-1) - probs
-    keep = in_top_k & ((mass_above < top_p.unsqueeze(-1)) | (top_p.unsqueeze(-1) >= 1.0))
-    kept = keep.sum(-1, keepdim=True).clamp(min=1)  # keep is a prefix: its length picks the threshold
-    threshold = torch.gather(ordered, -1, kept - 1)
-    filtered = torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)
-    gumbel = -torch.log(-torch.log(noise))
-    score = torch.where(greedy.unsqueeze(-1), logits, filtered + gumbel)
-    return torch.argmax(score, dim=-1)
 
 
 # ----------------------------------------------------------------------------------------- graphs

@@ -1,0 +1,205 @@
+"""The artifact manifest (`artifact.json`): one definition, read by the runtime, written by the toolchain.
+
+`Manifest.to_json()` is what `edged-engines export` writes and `Manifest.from_json()` is what the
+runtime reads, so the two can never drift apart. Reading checks every key's presence and type and
+names the key that is wrong; what a family requires beyond that (its special ids, its graphs) is
+checked by the family (`edged.families`). The layout is documented in docs/artifact.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edged.request import SAMPLING_KEYS
+
+
+class ArtifactError(ValueError):
+    """An artifact that cannot be served; the message names the file and key."""
+
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    """Talker (codec) vocabulary: codes and specials."""
+    text_vocab: int
+    text_hidden: int
+    code_groups: int
+    codebook_size: int
+    """Code-predictor vocabulary."""
+
+
+@dataclass(frozen=True)
+class Speaker:
+    id: int
+    dialect: str | None = None
+    """A language key this voice forces when the language is chinese or auto (Qwen3-TTS dialect voices)."""
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One carried state tensor of a streaming graph: read as `input`, written as `output`."""
+
+    input: str
+    output: str
+    shape: tuple[int, ...]
+    """Without the leading batch axis."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    file: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    state: tuple[StateSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    family: str
+    model_type: str
+    supports_instruct: bool
+    dims: Dims
+    max_batch: int
+    max_seq: int
+    special: dict[str, int]
+    speakers: dict[str, Speaker]
+    languages: dict[str, int]
+    sample_rate: int
+    samples_per_frame: int
+    sampling: dict[str, float]
+    graphs: dict[str, Graph]
+    """Every ONNX graph, required and optional, by role (talker_decode, vocoder, speaker_encoder, ...)."""
+    files: dict[str, str]
+    """The other files by role (embeddings, tokenizer)."""
+
+    @property
+    def frame_ms(self) -> float:
+        return 1000.0 * self.samples_per_frame / self.sample_rate
+
+    # ------------------------------------------------------------------------------ write
+
+    def to_json(self) -> dict[str, Any]:
+        tensors: dict[str, Any] = {}
+        for role, g in self.graphs.items():
+            tensors[role] = {"inputs": list(g.inputs), "outputs": list(g.outputs)}
+            if g.state:
+                tensors[role]["state"] = [{"input": s.input, "output": s.output, "shape": list(s.shape)} for s in g.state]
+        return {
+            "format": FORMAT,
+            "family": self.family,
+            "model": {"type": self.model_type, "instruct": self.supports_instruct},
+            "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
+            "dims": asdict(self.dims),
+            "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
+            "special": dict(self.special),
+            "speakers": {name: asdict(s) for name, s in self.speakers.items()},
+            "languages": dict(self.languages),
+            "audio": {"sample_rate": self.sample_rate, "frame_rate": self.sample_rate / self.samples_per_frame,
+                      "samples_per_frame": self.samples_per_frame},
+            "sampling": dict(self.sampling),
+            "tensors": tensors,
+        }
+
+    # ------------------------------------------------------------------------------ read
+
+    @classmethod
+    def from_json(cls, m: Any) -> Manifest:
+        """Validate the JSON object of artifact.json; every error names the key."""
+        if not isinstance(m, dict):
+            raise ArtifactError("artifact.json: top level must be an object")
+        if _get(m, "format", int) != FORMAT:
+            raise ArtifactError(f"artifact.json: format {m['format']} is not supported (this edged reads {FORMAT})")
+        family = _get(m, "family", str)
+        model = _get(m, "model", dict)
+        if not isinstance(model.get("type"), str) or not isinstance(model.get("instruct"), bool):
+            raise ArtifactError("artifact.json: 'model' needs a string 'type' and a boolean 'instruct'")
+        dims_raw = _get(m, "dims", dict)
+        dims = Dims(**{k: _positive(dims_raw, k, "dims") for k in Dims.__dataclass_fields__})
+        limits = _get(m, "limits", dict)
+        special_raw = _get(m, "special", dict)
+        languages_raw = _get(m, "languages", dict)
+        languages = {str(k).lower(): _int(languages_raw, k, "languages") for k in languages_raw}
+        speakers = {}
+        for name, s in _get(m, "speakers", dict).items():
+            if not isinstance(s, dict):
+                raise ArtifactError(f"artifact.json: speakers.{name} must be an object")
+            dialect = s.get("dialect")
+            if dialect is not None and dialect not in languages:
+                raise ArtifactError(f"artifact.json: speakers.{name}.dialect {dialect!r} is not in languages")
+            speakers[str(name).lower()] = Speaker(id=_int(s, "id", f"speakers.{name}"), dialect=dialect)
+        audio = _get(m, "audio", dict)
+        sampling_raw = _get(m, "sampling", dict)
+        files_raw = _get(m, "files", dict)
+        tensors_raw = _get(m, "tensors", dict)
+        graphs = {role: _graph(role, t, files_raw) for role, t in tensors_raw.items()}
+        files = {}
+        for role, name in files_raw.items():
+            if role in graphs:
+                continue
+            if not isinstance(name, str):
+                raise ArtifactError(f"artifact.json: 'files.{role}' must be a file name")
+            files[role] = name
+        return cls(
+            family=family, model_type=model["type"], supports_instruct=model["instruct"], dims=dims,
+            max_batch=_positive(limits, "max_batch", "limits"), max_seq=_positive(limits, "max_seq", "limits"),
+            special={k: _int(special_raw, k, "special") for k in special_raw}, speakers=speakers,
+            languages=languages, sample_rate=_positive(audio, "sample_rate", "audio"),
+            samples_per_frame=_positive(audio, "samples_per_frame", "audio"),
+            sampling={k: float(_number(sampling_raw, k, "sampling")) for k in SAMPLING_KEYS if k != "seed"},
+            graphs=graphs, files=files,
+        )
+
+
+def _graph(role: str, t: Any, files: dict) -> Graph:
+    if not isinstance(t, dict) or not isinstance(t.get("inputs"), list) or not isinstance(t.get("outputs"), list):
+        raise ArtifactError(f"artifact.json: missing key 'tensors.{role}' (with inputs and outputs lists)")
+    if not isinstance(files.get(role), str):
+        raise ArtifactError(f"artifact.json: missing key 'files.{role}' (the file of graph {role})")
+    inputs, outputs = tuple(t["inputs"]), tuple(t["outputs"])
+    state = []
+    for i, s in enumerate(t.get("state", [])):
+        where = f"tensors.{role}.state[{i}]"
+        if not (isinstance(s, dict) and isinstance(s.get("input"), str) and isinstance(s.get("output"), str)
+                and isinstance(s.get("shape"), list) and all(isinstance(d, int) and d > 0 for d in s["shape"])):
+            raise ArtifactError(f"artifact.json: '{where}' needs 'input', 'output' and a positive integer 'shape'")
+        if s["input"] not in inputs or s["output"] not in outputs:
+            raise ArtifactError(f"artifact.json: '{where}' names tensors the {role} graph does not have")
+        state.append(StateSpec(s["input"], s["output"], tuple(s["shape"])))
+    return Graph(files[role], inputs, outputs, tuple(state))
+
+
+def _get(d: dict, key: str, kind: type) -> Any:
+    if key not in d:
+        raise ArtifactError(f"artifact.json: missing key {key!r}")
+    if not isinstance(d[key], kind):
+        raise ArtifactError(f"artifact.json: {key!r} must be a {kind.__name__}")
+    return d[key]
+
+
+def _int(d: dict, key: str, where: str) -> int:
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ArtifactError(f"artifact.json: missing or non-integer key '{where}.{key}'")
+    return v
+
+
+def _positive(d: dict, key: str, where: str) -> int:
+    v = _int(d, key, where)
+    if v <= 0:
+        raise ArtifactError(f"artifact.json: '{where}.{key}' must be positive (got {v})")
+    return v
+
+
+def _number(d: dict, key: str, where: str) -> float:
+    v = d.get(key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        raise ArtifactError(f"artifact.json: missing or non-numeric key '{where}.{key}'")
+    return v

@@ -1,0 +1,67 @@
+"""The one small interface between the runtime and a model family."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from edged.artifact.manifest import ArtifactError, Dims, Manifest
+from edged.request import SpeechRequest
+from edged.talker.prompt import Lookup, Prompt
+
+if TYPE_CHECKING:
+    from edged.artifact import Artifact
+
+TALKER_GRAPHS = ("talker_prefill", "talker_decode", "code_predictor", "vocoder")
+"""The graphs every talker family exports (contracts in docs/artifact.md)."""
+
+
+class Layout(Protocol):
+    def plan(self, request: SpeechRequest) -> Prompt:
+        """The request's prompt; raises PromptError naming what is wrong with the request."""
+        ...
+
+
+@dataclass(frozen=True)
+class Talking:
+    """What the talker stage needs from a family."""
+
+    layout: Layout
+    eos: int
+    """The code 0 that ends an utterance (its frame is never published)."""
+    pad: Lookup
+    """The text-track row fed once the track is used up (one row)."""
+
+
+class Family(ABC):
+    name: str
+    graphs: tuple[str, ...] = TALKER_GRAPHS
+    optional_graphs: tuple[str, ...] = ()
+    files: tuple[str, ...] = ("embeddings", "tokenizer")
+    special_keys: tuple[str, ...] = ()
+
+    def check(self, m: Manifest) -> None:
+        """What this family requires of a manifest beyond its types; raises ArtifactError naming the key."""
+        for role in self.graphs:
+            if role not in m.graphs:
+                raise ArtifactError(f"artifact.json: missing key 'tensors.{role}' (with inputs and outputs lists)")
+        unknown = sorted(set(m.graphs) - set(self.graphs) - set(self.optional_graphs))
+        if unknown:
+            raise ArtifactError(f"artifact.json: graphs {unknown} are not known to family {self.name}")
+        for role in self.files:
+            if role not in m.files:
+                raise ArtifactError(f"artifact.json: missing key 'files.{role}'")
+        for key in self.special_keys:
+            if key not in m.special:
+                raise ArtifactError(f"artifact.json: missing or non-integer key 'special.{key}'")
+        if not m.graphs["vocoder"].state:
+            raise ArtifactError("artifact.json: missing key 'tensors.vocoder.state' (the streaming vocoder's state list)")
+
+    @abstractmethod
+    def table_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        """The host tables (embeddings.safetensors) this family reads, with their shapes."""
+
+    @abstractmethod
+    def talking(self, artifact: Artifact) -> Talking:
+        """The prompt layout and special ids, for the talker stage."""

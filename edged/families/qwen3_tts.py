@@ -1,0 +1,39 @@
+"""Qwen3-TTS (the `qwen-tts` package): the `tts` prompt layout over projected text and codec rows."""
+
+from __future__ import annotations
+
+from edged.artifact.manifest import ArtifactError, Dims, Manifest
+from edged.families.base import Family, Talking
+from edged.talker.layouts.tts import TEXT, TtsLayout
+from edged.talker.prompt import Lookup
+from edged.talker.text import TextEncoder
+
+CODEC_SPECIALS = ("codec_pad", "codec_bos", "codec_eos", "codec_think", "codec_nothink", "codec_think_bos",
+                  "codec_think_eos")
+TEXT_SPECIALS = ("tts_pad", "tts_bos", "tts_eos")
+
+
+class Qwen3TTS(Family):
+    name = "qwen3_tts"
+    optional_graphs = ("speaker_encoder", "codec_encoder")
+    """Voice cloning (Base checkpoints): reference PCM -> x-vector, and -> codec frames."""
+    special_keys = CODEC_SPECIALS + TEXT_SPECIALS
+
+    def check(self, m: Manifest) -> None:
+        super().check(m)
+        for keys, size, what in ((CODEC_SPECIALS, m.dims.vocab, "talker vocab"),
+                                 (TEXT_SPECIALS, m.dims.text_vocab, "text vocab")):
+            for k in keys:
+                if not 0 <= m.special[k] < size:
+                    raise ArtifactError(f"artifact.json: special.{k}={m.special[k]} is outside the {what} ({size})")
+
+    def table_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        # text_projected = text_projection(text_embedding(x)) for every text token, computed at export
+        return {TEXT: (dims.text_vocab, dims.hidden), "codec_embedding": (dims.vocab, dims.hidden)}
+
+    def talking(self, artifact) -> Talking:
+        layout = TtsLayout(artifact, TextEncoder(artifact.file("tokenizer")))
+        return Talking(layout, eos=artifact.special["codec_eos"], pad=Lookup(TEXT, (artifact.special["tts_pad"],)))
+
+
+FAMILY = Qwen3TTS()

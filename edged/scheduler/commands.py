@@ -1,0 +1,49 @@
+"""What other threads hand the cohort loop, through its inbox (a queue): one class per command."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from edged.request import SpeechRequest
+
+
+@dataclass(frozen=True)
+class Submit:
+    client: bytes
+    request: SpeechRequest
+    stream: bool = False
+    format: str = "f32le"
+    play: bool = True
+    report_codes: bool = False
+    session: str | None = None
+    """The conversation whose history gets this reply (the history thread reserved its slot)."""
+
+
+@dataclass(frozen=True)
+class Cancel:
+    client: bytes
+    id: Hashable
+
+
+@dataclass(frozen=True)
+class StatusQuery:
+    client: bytes
+
+
+@dataclass(frozen=True)
+class PlaybackEnded:
+    """From the speaker: the reply's last sample (or its cut) has passed the DAC."""
+
+    reply: Any
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Stop admitting; finish what is in flight until `deadline` (monotonic), then cancel the rest."""
+
+    deadline: float
+
+
+Command = Submit | Cancel | StatusQuery | PlaybackEnded | Drain

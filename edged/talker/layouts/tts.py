@@ -1,0 +1,91 @@
+"""The `tts` layout (Qwen3-TTS): text -> talker prefill rows and the per-frame text track.
+
+Laid out exactly as qwen-tts 0.1.1 `Qwen3TTSForConditionalGeneration.generate` does
+(modeling_qwen3_tts.py), with P(x) = text_projection(text_embedding(x)) (the `text_projected`
+table) and E(c) the talker's codec embedding (`codec_embedding`):
+
+    [P(instruct ids)]                                        when an instruct is given
+    P(<|im_start|>), P(assistant), P(\\n)
+    codec rows = [nothink, think_bos, think_eos]             no language ("auto")
+               | [think, think_bos, LANG, think_eos]         with a language
+               + [E(speaker)]                                when a voice is given
+               + [codec_pad, codec_bos]
+    rows       = (tts_pad x (len(codec rows)-2), tts_bos) + codec rows[:-1]
+    then, all text in the prefill (default):
+        P(t) + E(codec_pad) for every text token, tts_eos + E(codec_pad), tts_pad + E(codec_bos);
+        text track: empty (tts_pad at every frame)
+    or, the dual-track layout:
+        P(t0) + E(codec_bos); text track: P(t1 .. t_last), tts_eos, then tts_pad
+
+Dialect voices force their dialect's language id when the language is chinese or auto.
+"""
+
+from __future__ import annotations
+
+from edged.artifact.manifest import Manifest
+from edged.request import SpeechRequest
+from edged.talker.prompt import Block, Lookup, Prompt, PromptError
+from edged.talker.text import TextEncoder
+
+TEXT, CODEC = "text_projected", "codec_embedding"
+ROLE_ROWS = 3  # <|im_start|>, assistant, \n
+TAIL_TOKENS = 5  # <|im_end|>, \n, <|im_start|>, assistant, \n: tokenized, never fed
+
+
+class TtsLayout:
+    def __init__(self, manifest: Manifest, text: TextEncoder):
+        self.manifest = manifest
+        self.text = text
+        self.sp = manifest.special
+
+    def plan(self, req: SpeechRequest) -> Prompt:
+        """Tokenize and choose the codec rows; every reason to refuse the request is raised here."""
+        m, sp = self.manifest, self.sp
+        if not req.text or not req.text.strip():
+            raise PromptError("text is empty")
+        if req.instruct and not m.supports_instruct:
+            raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
+        codec = self._codec_ids(req)
+        ids = self.text.ids(f"<|im_start|>assistant\n{req.text}<|im_end|>\n<|im_start|>assistant\n")
+        text = tuple(ids[ROLE_ROWS:-TAIL_TOKENS])
+        if not text:
+            raise PromptError("text is empty after tokenization")
+        prefill = []
+        if req.instruct:
+            prefill.append(_text(self.text.ids(f"<|im_start|>user\n{req.instruct}<|im_end|>\n")))
+        prefill.append(_text(ids[:ROLE_ROWS]))
+        pads = (sp["tts_pad"],) * (len(codec) - 2) + (sp["tts_bos"],)
+        prefill.append(Block((Lookup(TEXT, pads), Lookup(CODEC, codec[:-1]))))
+        if req.dual_track:
+            prefill.append(Block((Lookup(TEXT, text[:1]), Lookup(CODEC, (sp["codec_bos"],)))))
+            track = (_text(text[1:] + (sp["tts_eos"],)),)
+            return Prompt(tuple(prefill), track, text_tokens=len(text))
+        prefill += [Block((Lookup(TEXT, text + (sp["tts_eos"],)), Lookup(CODEC, (sp["codec_pad"],) * (len(text) + 1)))),
+                    Block((Lookup(TEXT, (sp["tts_pad"],)), Lookup(CODEC, (sp["codec_bos"],))))]
+        return Prompt(tuple(prefill), text_tokens=len(text))
+
+    def _codec_ids(self, req: SpeechRequest) -> tuple[int, ...]:
+        m, sp = self.manifest, self.sp
+        voice = None
+        if req.voice:
+            voice = m.speakers.get(req.voice.lower())
+            if voice is None:
+                raise PromptError(f"unknown voice {req.voice!r} (known: {', '.join(sorted(m.speakers)) or 'none'})")
+        language = (req.language or "auto").lower()
+        if language != "auto" and language not in m.languages:
+            known = ", ".join(["auto", *sorted(k for k in m.languages if "dialect" not in k)])
+            raise PromptError(f"unknown language {req.language!r} (known: {known})")
+        lang_id = None if language == "auto" else m.languages[language]
+        if voice is not None and voice.dialect and language in ("chinese", "auto"):
+            lang_id = m.languages[voice.dialect]
+        if lang_id is None:
+            codec = [sp["codec_nothink"], sp["codec_think_bos"], sp["codec_think_eos"]]
+        else:
+            codec = [sp["codec_think"], sp["codec_think_bos"], lang_id, sp["codec_think_eos"]]
+        if voice is not None:
+            codec.append(voice.id)
+        return (*codec, sp["codec_pad"], sp["codec_bos"])
+
+
+def _text(ids) -> Block:
+    return Block((Lookup(TEXT, tuple(ids)),))

@@ -1,0 +1,96 @@
+"""A talker prompt: the prefill rows and the text track, as row blocks a family's layout decides.
+
+Every prompt row is a sum of parts: rows looked up by id in a host table (the projected text table,
+the codec embedding) or rows given as vectors (a cloned voice's x-vector, a thinker's hidden
+states). A `Block` is a run of consecutive rows whose parts all have its length. The prefill is
+fed at once; the text track is read one row per frame after it, and once it is used up the family's
+pad row follows. Layouts (`edged.talker.layouts`) build prompts; `write` lays them into the
+stage's preallocated buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class PromptError(ValueError):
+    """A request whose prompt cannot be built; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Rows of a host table, by id."""
+
+    table: str
+    ids: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, eq=False)
+class Given:
+    """Rows given as vectors, [n, H]."""
+
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+
+Part = Lookup | Given
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive rows, each the sum of the parts' rows at its index."""
+
+    parts: tuple[Part, ...]
+
+    def __post_init__(self) -> None:
+        lengths = {len(p) for p in self.parts}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(f"a prompt block needs parts of one non-zero length, got {sorted(lengths)}")
+
+    def __len__(self) -> int:
+        return len(self.parts[0])
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prefill: tuple[Block, ...]
+    track: tuple[Block, ...] = ()
+    """Text-track rows, one per frame after the prefill (the dual-track layout)."""
+    text_tokens: int = 0
+    """Text tokens of the request, for reports."""
+
+    @property
+    def prefill_len(self) -> int:
+        return sum(len(b) for b in self.prefill)
+
+    @property
+    def track_len(self) -> int:
+        return sum(len(b) for b in self.track)
+
+    def write(self, tables: Mapping[str, np.ndarray], rows: np.ndarray, track: np.ndarray) -> None:
+        """rows[:prefill_len] and track[:track_len] (preallocated [max_seq, H] buffers) = this prompt."""
+        _write(self.prefill, tables, rows)
+        _write(self.track, tables, track)
+
+
+def _write(blocks: tuple[Block, ...], tables: Mapping[str, np.ndarray], out: np.ndarray) -> None:
+    n = 0
+    for block in blocks:
+        rows = out[n:n + len(block)]
+        for i, part in enumerate(block.parts):
+            source = tables[part.table][list(part.ids)] if isinstance(part, Lookup) else part.rows
+            if source.shape[1:] != rows.shape[1:]:
+                raise PromptError(f"prompt rows have width {source.shape[1:]}, the talker takes {rows.shape[1:]}")
+            if i == 0:
+                rows[...] = source
+            else:
+                rows += source
+        n += len(block)

@@ -1,0 +1,170 @@
+"""The Qwen3 decoder layers the talker families share, written for export.
+
+RMSNorm, rotary embeddings, grouped-query attention (whole causal prompts, and one new row over a
+runtime-owned cache whose keys are stored transposed), the SwiGLU MLP, and a stack of blocks whose
+weights are named as in the checkpoints (`layers.*`, `norm`). Text-only inputs give three equal
+M-RoPE position rows, so the interleaved multimodal RoPE of the references is plain 1-D RoPE here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One decoder-only transformer stack (talker or code predictor)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    rms_eps: float
+    rope_theta: float
+
+
+def stack_config(c: dict) -> StackConfig:
+    """A StackConfig from an HF config section."""
+    heads = c["num_attention_heads"]
+    return StackConfig(
+        hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=heads,
+        kv_heads=c.get("num_key_value_heads") or heads,
+        head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+        intermediate=c["intermediate_size"], rms_eps=c.get("rms_norm_eps", 1e-6),
+        rope_theta=c.get("rope_theta", 10000.0),
+    )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin for float positions [...] -> [..., D], computed as HF computes them (float32)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = positions.float().unsqueeze(-1) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, c: StackConfig):
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_eps)
+        self.k_norm = RMSNorm(c.head_dim, c.rms_eps)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, T, H] -> q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D], rotated."""
+        b, t, _ = x.shape
+        c = self.c
+        q = self.q_norm(self.q_proj(x).view(b, t, c.heads, c.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def causal(self, x, cos, sin, past_k=None, past_v=None):
+        """Full causal attention over (optional past) + x. Returns out [B,T,H], k, v of x's rows."""
+        q, k, v = self.project(x, cos, sin)
+        keys = k if past_k is None else torch.cat((past_k, k), dim=2)
+        values = v if past_v is None else torch.cat((past_v, v), dim=2)
+        rep = self.c.heads // self.c.kv_heads
+        keys_r = keys.repeat_interleave(rep, dim=1)
+        values_r = values.repeat_interleave(rep, dim=1)
+        t, s = q.shape[2], keys.shape[2]
+        scores = torch.matmul(q, keys_r.transpose(2, 3)) * self.c.head_dim**-0.5  # [B, Hq, T, S]
+        row = torch.arange(t).unsqueeze(1) + (s - t)
+        col = torch.arange(s).unsqueeze(0)
+        scores = scores.masked_fill(col > row, NEG_INF)
+        out = torch.matmul(torch.softmax(scores, dim=-1), values_r)  # [B, Hq, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1)), k, v
+
+    def step(self, x, cos, sin, past_kt, past_v, valid):
+        """One new row per batch member over a cache.
+
+        x [B, 1, H]; past_kt [B, Hkv, D, S] (transposed keys); past_v [B, Hkv, S, D];
+        valid [B, 1, 1, S] bool (cache slots before the row's position). Grouped-query heads are
+        folded into the query rows so the cache is read once, never repeated or transposed.
+        """
+        c = self.c
+        b = x.shape[0]
+        rep = c.heads // c.kv_heads
+        q, k, v = self.project(x, cos, sin)  # q [B, Hq, 1, D], k/v [B, Hkv, 1, D]
+        scale = c.head_dim**-0.5
+        q = q.reshape(b, c.kv_heads, rep, c.head_dim)  # [B, Hkv, rep, D]
+        past_scores = torch.matmul(q, past_kt) * scale  # [B, Hkv, rep, S]
+        past_scores = torch.where(valid, past_scores, torch.full_like(past_scores, NEG_INF))
+        new_score = torch.matmul(q, k.transpose(2, 3)) * scale  # [B, Hkv, rep, 1]
+        weights = torch.softmax(torch.cat((past_scores, new_score), dim=-1), dim=-1)
+        s = past_scores.shape[-1]
+        out = torch.matmul(weights[..., :s], past_v) + weights[..., s:] * v  # [B, Hkv, rep, D]
+        return self.o_proj(out.reshape(b, 1, c.heads * c.head_dim)), k, v
+
+
+class MLP(nn.Module):
+    def __init__(self, c: StackConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.up_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
+        self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c: StackConfig):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c.hidden, c.rms_eps)
+        self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Stack(nn.Module):
+    """Layers + final norm; weights named as in the checkpoint under `<prefix>.layers.*`."""
+
+    def __init__(self, c: StackConfig):
+        super().__init__()
+        self.c = c
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = RMSNorm(c.hidden, c.rms_eps)
+
+    def causal(self, x, positions, past=None):
+        """x [B, T, H] at positions [T]; past: list of (k, v) per layer or None. Returns h, [(k, v)]."""
+        cos, sin = rope_tables(positions, self.c.head_dim, self.c.rope_theta)
+        rows = []
+        for i, layer in enumerate(self.layers):
+            pk, pv = past[i] if past is not None else (None, None)
+            attn, k, v = layer.self_attn.causal(layer.input_layernorm(x), cos, sin, pk, pv)
+            x = layer.finish(x, attn)
+            rows.append((k, v))
+        return self.norm(x), rows

@@ -1,0 +1,159 @@
+"""A Qwen3-TTS checkpoint -> engine artifact: ONNX graphs, host-side tables, tokenizer, `artifact.json`.
+
+The graph contracts are documented in docs/artifact.md; the manifest is written from the runtime's
+own definition (`edged.artifact.manifest`), which validates it on load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
+from engines.onnx import export_graph
+from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, TalkerDecode, TalkerPrefill, load_qwen3_tts
+
+FILES = {
+    "talker_prefill": "talker_prefill.onnx",
+    "talker_decode": "talker_decode.onnx",
+    "code_predictor": "code_predictor.onnx",
+    "vocoder": "vocoder.onnx",
+    "embeddings": "embeddings.safetensors",
+    "tokenizer": "tokenizer.json",
+}
+SAMPLING_INPUTS = ["temperature", "top_k", "top_p", "noise"]
+CODE0_INPUTS = ["seen", "repetition_penalty", "allow_eos"]
+
+
+def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 1024) -> Manifest:
+    """Write the artifact for `checkpoint` into `out` and return its manifest."""
+    from engines.qwen3_tts.codec_export import export_vocoder
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    if max_batch < 1 or max_seq < 16:
+        raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
+    cfg, talker, predictor, tables = load_qwen3_tts(checkpoint)
+    codec = json.loads((checkpoint / "speech_tokenizer" / "config.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        tensors = {
+            "talker_prefill": _export_prefill(talker, out / FILES["talker_prefill"]),
+            "talker_decode": _export_decode(talker, out / FILES["talker_decode"], max_seq),
+            "code_predictor": _export_predictor(predictor, out / FILES["code_predictor"]),
+            "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
+        }
+        save_file(_host_tables(tables), str(out / FILES["embeddings"]))
+    _export_tokenizer(checkpoint, out / FILES["tokenizer"])
+    manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
+    (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    return manifest
+
+
+# ----------------------------------------------------------------------------------------- graphs
+
+
+def _kv_names(prefix: str, layers: int) -> list[str]:
+    return [f"{prefix}_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+
+
+def _sampling_examples(batch: int, vocab: int, code0: bool) -> tuple:
+    torch.manual_seed(0)
+    head = (torch.zeros(batch, vocab), torch.ones(batch), torch.ones(batch, dtype=torch.bool)) if code0 else ()
+    return head + (
+        torch.full((batch,), 0.9), torch.full((batch,), 50, dtype=torch.long),
+        torch.ones(batch), torch.rand(batch, vocab),
+    )
+
+
+def _export_prefill(talker: Talker, path: Path) -> dict:
+    cfg = talker.cfg
+    x = torch.randn(1, 5, cfg.talker.hidden)
+    args = (x, *_sampling_examples(1, cfg.vocab, code0=True))
+    inputs = ["inputs_embeds", *CODE0_INPUTS, *SAMPLING_INPUTS]
+    outputs = ["hidden", "code0", *_kv_names("new", cfg.talker.layers)]
+    seq = torch.export.Dim("T", min=1, max=32768)
+    dynamic = ({1: seq},) + (None,) * 7
+    return export_graph(TalkerPrefill(talker), args, path, inputs, outputs, dynamic)
+
+
+def _export_decode(talker: Talker, path: Path, max_seq: int) -> dict:
+    c = talker.cfg.talker
+    b = 2
+    cache = []
+    for _ in range(c.layers):
+        cache += [torch.zeros(b, c.kv_heads, c.head_dim, max_seq), torch.zeros(b, c.kv_heads, max_seq, c.head_dim)]
+    args = (torch.randn(b, c.hidden), torch.tensor([3, 7]), *_sampling_examples(b, talker.cfg.vocab, code0=True), *cache)
+    inputs = ["inputs_embeds", "positions", *CODE0_INPUTS, *SAMPLING_INPUTS, *_kv_names("past", c.layers)]
+    outputs = ["hidden", "code0", *_kv_names("new", c.layers)]
+    batch = torch.export.Dim("B", min=1, max=1024)
+    dynamic = ({0: batch},) * 9 + (tuple({0: batch} for _ in cache),)
+    return export_graph(TalkerDecode(talker), args, path, inputs, outputs, dynamic)
+
+
+def _export_predictor(predictor: CodePredictorFrame, path: Path) -> dict:
+    cfg = predictor.cfg
+    b = 2
+    args = (
+        torch.randn(b, cfg.talker.hidden), torch.tensor([5, 9]),
+        torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long), torch.ones(b),
+        torch.rand(b, cfg.code_groups - 1, cfg.codebook_size),
+    )
+    inputs = ["hidden", "code0", *SAMPLING_INPUTS]
+    batch = torch.export.Dim("B", min=1, max=1024)
+    dynamic = ({0: batch},) * 6
+    return export_graph(predictor, args, path, inputs, ["codes", "codec_sum"], dynamic)
+
+
+# ----------------------------------------------------------------------------------------- host side
+
+
+def _host_tables(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The projected text table P(x) = text_projection(text_embedding(x)) for every text token (the
+    tts_bos/eos/pad rows are rows of it) and the codec embedding.
+
+    The projection acts on each token alone, so precomputing it (in torch, as the reference computes
+    it) turns a per-request MLP into a row lookup, and the table is smaller than the embedding it
+    replaces (hidden <= text_hidden)."""
+    emb = tables["text_embedding"]
+    projected = torch.empty(emb.shape[0], tables["codec_embedding"].shape[1])
+    for start in range(0, emb.shape[0], 8192):
+        projected[start:start + 8192] = _project(tables, emb[start:start + 8192])
+    return {"text_projected": projected, "codec_embedding": tables["codec_embedding"].contiguous()}
+
+
+def _project(tables: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    fc1 = torch.nn.functional.linear(rows, tables["text_projection.fc1.weight"], tables["text_projection.fc1.bias"])
+    return torch.nn.functional.linear(
+        torch.nn.functional.silu(fc1), tables["text_projection.fc2.weight"], tables["text_projection.fc2.bias"])
+
+
+def _export_tokenizer(checkpoint: Path, path: Path) -> None:
+    """Save the tokenizer exactly as the reference processor loads it (incl. its regex patching)."""
+    from engines.qwen3_tts.reference import import_qwen_tts
+
+    import_qwen_tts()
+    from qwen_tts.core.models import Qwen3TTSProcessor
+
+    processor = Qwen3TTSProcessor.from_pretrained(str(checkpoint), fix_mistral_regex=True)
+    processor.tokenizer.backend_tokenizer.save(str(path))
+
+
+def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
+    t = cfg.talker
+    graphs = {role: Graph(FILES[role], tuple(g["inputs"]), tuple(g["outputs"]),
+                          tuple(StateSpec(s["input"], s["output"], tuple(s["shape"])) for s in g.get("state", ())))
+              for role, g in tensors.items()}
+    return Manifest(
+        family="qwen3_tts", model_type=cfg.model_type, supports_instruct=cfg.instruct,
+        dims=Dims(hidden=t.hidden, layers=t.layers, kv_heads=t.kv_heads, head_dim=t.head_dim, vocab=cfg.vocab,
+                  text_vocab=cfg.text_vocab, text_hidden=cfg.text_hidden, code_groups=cfg.code_groups,
+                  codebook_size=cfg.codebook_size),
+        max_batch=max_batch, max_seq=max_seq, special=dict(cfg.special),
+        speakers={name: Speaker(s["id"], s["dialect"]) for name, s in cfg.speakers.items()},
+        languages=dict(cfg.languages), sample_rate=int(codec.get("output_sample_rate", 24000)),
+        samples_per_frame=int(codec.get("decode_upsample_rate", 1920)), sampling=dict(cfg.sampling),
+        graphs=graphs, files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
+    )

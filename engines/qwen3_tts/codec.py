@@ -1,0 +1,306 @@
+"""Qwen3-TTS 12 Hz speech-tokenizer decoder (the vocoder), written for export and for streaming.
+
+A readable port of qwen-tts 0.1.1 `Qwen3TTSTokenizerV2Decoder.forward`
+(`qwen_tts/core/tokenizer_12hz/modeling_qwen3_tts_tokenizer_v2.py`):
+
+  codes [B, G, F] -> codebook sum [B, codebook_dim, F] -> causal conv -> sliding-window causal
+  transformer -> ConvNeXt upsampler (x4) -> SnakeBeta conv decoder (x480) -> clamp -> pcm [B, F * 1920]
+
+Everything is causal, so frame t of the output depends only on codes 0..t, and a stream can be
+decoded a few frames at a time with exactly the whole-utterance result, provided each call carries
+what the next one needs: every causal conv keeps the tail of its input, each transposed conv the
+input samples its kernel still overlaps, and each attention layer the last sliding_window - 1 keys
+and values (RoPE already applied, so positions stay absolute). `Stateful` modules declare that state
+and `Codec.state_slots` lists it in one fixed order; a fresh stream is all-zero state at start 0,
+and the whole decode (`Codec.forward`) is exactly that. The exported graph is one such call
+(`StreamingCodec`, docs/artifact.md); every state tensor has batch first and static other dims.
+
+Shapes are written with integer arithmetic only, so the exported graph has dynamic B and F and an
+output of exactly F * samples_per_frame samples. Attention is plain MatMul/Softmax with a Where mask
+(no fused attention ops), so the graph stays TensorRT-friendly.
+
+This file: config, model, loading. The blocks are `codec_layers.py`; the ONNX export and its
+check, `codec_export.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from engines.qwen3_tts.codec_layers import (
+    NUM_SEMANTIC_QUANTIZERS,
+    Carry,
+    CausalConv1d,
+    CausalConvTranspose1d,
+    ConvNeXtBlock,
+    DecoderBlock,
+    QuantizerDecoder,
+    SnakeBeta,
+    Stateful,
+    Transformer,
+)
+
+CODEBOOK_EPS = 1e-5  # EuclideanCodebook clamps cluster_usage to this before dividing
+
+
+# ----------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """The `decoder_config` part of `speech_tokenizer/config.json` plus the output audio rate.
+
+    Defaults are those of `Qwen3TTSTokenizerV2DecoderConfig`, used where a checkpoint omits a key.
+    """
+
+    codebook_dim: int
+    """Width of the summed codebook vectors; each codebook stores codebook_dim // 2 wide entries."""
+    codebook_size: int = 2048
+    """Entries per codebook (codes are 0..codebook_size-1)."""
+    latent_dim: int = 1024
+    """Channels of the conv path around the transformer."""
+    hidden_size: int = 1024
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 16
+    head_dim: int = 64
+    """Per-head width; the reference falls back to hidden_size // num_attention_heads."""
+    intermediate_size: int = 3072
+    sliding_window: int = 72
+    """Keys per query, the query's own frame included (HF: kv_idx > q_idx - sliding_window)."""
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    layer_scale_initial_scale: float = 0.01
+    num_quantizers: int = 16
+    """Code groups G per frame: 1 semantic + G-1 acoustic."""
+    upsample_rates: tuple[int, ...] = (8, 5, 4, 3)
+    """Strides of the SnakeBeta decoder blocks."""
+    upsampling_ratios: tuple[int, ...] = (2, 2)
+    """Strides of the ConvNeXt upsampler that follows the transformer."""
+    decoder_dim: int = 1536
+    """Channels entering the first decoder block; each block halves them."""
+    max_position_embeddings: int = 8000
+    """Not a limit here: default RoPE is computed for any position, as in the reference."""
+    output_sample_rate: int = 24000
+    """Hz."""
+    decode_upsample_rate: int = 1920
+    """Output samples per code frame, as the checkpoint declares it."""
+
+    def __post_init__(self) -> None:
+        if self.samples_per_frame != self.decode_upsample_rate:
+            raise ValueError(
+                f"decode_upsample_rate={self.decode_upsample_rate} but the strides "
+                f"{self.upsampling_ratios} x {self.upsample_rates} give {self.samples_per_frame}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.num_quantizers <= NUM_SEMANTIC_QUANTIZERS:
+            raise ValueError(f"num_quantizers={self.num_quantizers} leaves no acoustic codebook")
+        if self.decoder_dim % 2 ** len(self.upsample_rates):
+            raise ValueError("decoder_dim must halve evenly through every decoder block")
+        if self.sliding_window < 2:
+            raise ValueError(f"sliding_window={self.sliding_window} leaves no history to carry")
+
+    @property
+    def samples_per_frame(self) -> int:
+        return math.prod(self.upsampling_ratios) * math.prod(self.upsample_rates)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint_dir: str | Path) -> CodecConfig:
+        """Reads `<checkpoint_dir>/speech_tokenizer/config.json`."""
+        path = Path(checkpoint_dir) / "speech_tokenizer" / "config.json"
+        top = json.loads(path.read_text())
+        if "decoder_config" not in top:
+            raise ValueError(f"{path}: no decoder_config")
+        dec = top["decoder_config"]
+        # Settings this port does not implement must fail here rather than decode wrongly.
+        for key, supported in (("attention_bias", False), ("hidden_act", "silu"), ("rope_scaling", None)):
+            if dec.get(key, supported) != supported:
+                raise ValueError(f"{path}: decoder_config.{key}={dec[key]!r} is not supported")
+        if "codebook_dim" not in dec:
+            raise ValueError(f"{path}: decoder_config.codebook_dim is missing")
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            source = top if f.name in ("output_sample_rate", "decode_upsample_rate") else dec
+            if f.name in source:
+                value = source[f.name]
+                values[f.name] = tuple(value) if isinstance(value, list) else value
+        if "head_dim" not in dec:  # the reference's fallback
+            values["head_dim"] = dec.get("hidden_size", cls.hidden_size) // dec.get(
+                "num_attention_heads", cls.num_attention_heads
+            )
+        return cls(**values)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+class Codec(nn.Module):
+    """codes [B, G, F] int64 -> pcm [B, F * samples_per_frame] float32 in [-1, 1].
+
+    `forward` decodes whole utterances; `decode` continues streams from their carried state.
+    Submodule names follow the checkpoint's `decoder.*` keys, except the quantizer (see
+    `load_codec`).
+    """
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.config = config
+        self.quantizer = QuantizerDecoder(config)
+        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
+        self.pre_transformer = Transformer(config)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList(
+                [
+                    CausalConvTranspose1d(config.latent_dim, config.latent_dim, kernel_size=ratio, stride=ratio),
+                    ConvNeXtBlock(config.latent_dim),
+                ]
+            )
+            for ratio in config.upsampling_ratios
+        )
+        channels = [config.decoder_dim // 2**i for i in range(len(config.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList(
+            [
+                CausalConv1d(config.latent_dim, channels[0], kernel_size=7),
+                *(DecoderBlock(channels[i], channels[i + 1], rate) for i, rate in enumerate(config.upsample_rates)),
+                SnakeBeta(channels[-1]),
+                CausalConv1d(channels[-1], 1, kernel_size=7),
+            ]
+        )
+        # (qualified name, owner, kind, shape without batch) for every state tensor, in module order.
+        self.state_slots = tuple(
+            (f"{path}.{kind}", module, kind, shape)
+            for path, module in self.named_modules()
+            if isinstance(module, Stateful)
+            for kind, shape in module.state_shapes().items()
+        )
+
+    def state_specs(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape without batch) of every state tensor, in the order `decode` takes them."""
+        return [(name, shape) for name, _, _, shape in self.state_slots]
+
+    def fresh_state(self, batch: int, device: torch.device | str | None = None) -> list[torch.Tensor]:
+        """The state of `batch` streams that have decoded nothing yet: all zeros."""
+        return [torch.zeros(batch, *shape, device=device) for _, _, _, shape in self.state_slots]
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:  # [B, G, F] -> [B, F * samples_per_frame]
+        """A whole utterance: one call of a fresh stream."""
+        start = torch.zeros(codes.shape[0], dtype=torch.int64, device=codes.device)
+        pcm, _ = self.decode(codes, start, self.fresh_state(codes.shape[0], codes.device))
+        return pcm
+
+    def decode(
+        self, codes: torch.Tensor, start: torch.Tensor, state: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The next F frames of B streams: codes [B, G, F] int64, start [B] int64 (frames each
+        stream has decoded so far), state as `state_specs` with batch first.
+        Returns pcm [B, F * samples_per_frame] and the state after these frames, shaped as `state`.
+        """
+        if len(state) != len(self.state_slots):
+            raise ValueError(f"expected {len(self.state_slots)} state tensors, got {len(state)}")
+        carry = Carry({(module, kind): s for (_, module, kind, _), s in zip(self.state_slots, state)})
+        x = self.quantizer(codes)  # [B, codebook_dim, F]
+        x = self.pre_conv(x, carry).transpose(1, 2)  # [B, F, latent]
+        x = self.pre_transformer(x, start, carry).transpose(1, 2)  # [B, latent, F]
+        for upsample, convnext in self.upsample:
+            x = convnext(upsample(x, carry), carry)  # [B, latent, F * the ratios so far]
+        first, *blocks, snake, last = self.decoder
+        x = first(x, carry)
+        for block in blocks:
+            x = block(x, carry)
+        pcm = last(snake(x), carry)  # [B, 1, F * samples_per_frame]
+        return pcm.squeeze(1).clamp(-1.0, 1.0), [carry.kept[(module, kind)] for _, module, kind, _ in self.state_slots]
+
+
+class StreamingCodec(nn.Module):
+    """The exported vocoder graph: `Codec.decode` with flat inputs and outputs,
+    (codes, start, *state) -> (pcm, *new_state). Shares the codec's weights."""
+
+    def __init__(self, codec: Codec):
+        super().__init__()
+        self.codec = codec
+
+    def forward(self, codes: torch.Tensor, start: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        pcm, new_state = self.codec.decode(codes, start, state)
+        return (pcm, *new_state)
+
+
+def state_specs(config: CodecConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """`Codec.state_specs` for a config, without allocating weights."""
+    with torch.device("meta"):
+        return Codec(config).state_specs()
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def load_codec(checkpoint_dir: str | Path) -> tuple[CodecConfig, Codec]:
+    """Builds the decoder from `<checkpoint_dir>/speech_tokenizer/{config.json,model.safetensors}`.
+
+    Strict both ways: every tensor the decoder needs must be present with the expected shape, and
+    every `decoder.*` tensor must be used (other than the quantizer's encode-only input_proj); the
+    errors name the checkpoint keys. The Mimi encoder's tensors are ignored. Weights load as float32.
+    """
+    config = CodecConfig.from_checkpoint(checkpoint_dir)
+    path = Path(checkpoint_dir) / "speech_tokenizer" / "model.safetensors"
+    codec = Codec(config)
+    used: set[str] = set()
+    with safe_open(str(path), framework="pt") as f:
+        available = set(f.keys())
+
+        def take(key: str) -> torch.Tensor:
+            if key not in available:
+                raise ValueError(f"{path}: missing tensor {key!r} needed by the vocoder")
+            used.add(key)
+            return f.get_tensor(key).float()
+
+        state = {}
+        for name, expected in codec.state_dict().items():
+            key, tensor = _checkpoint_tensor(name, take, config)
+            if tensor.shape != expected.shape:
+                raise ValueError(f"{path}: {key!r} has shape {tuple(tensor.shape)}, expected {tuple(expected.shape)}")
+            state[name] = tensor
+    unused = sorted(k for k in available - used - _ENCODE_ONLY if k.startswith("decoder."))
+    if unused:
+        raise ValueError(f"{path}: decoder tensors this port does not use: {', '.join(unused)}")
+    codec.load_state_dict(state, strict=True)
+    return config, codec.eval()
+
+
+_QUANTIZER = "decoder.quantizer"
+_RENAMED = {
+    "quantizer.semantic_proj.weight": f"{_QUANTIZER}.rvq_first.output_proj.weight",
+    "quantizer.acoustic_proj.weight": f"{_QUANTIZER}.rvq_rest.output_proj.weight",
+}
+_ENCODE_ONLY = {f"{_QUANTIZER}.rvq_first.input_proj.weight", f"{_QUANTIZER}.rvq_rest.input_proj.weight"}
+
+
+def _checkpoint_tensor(
+    name: str, take: Callable[[str], torch.Tensor], config: CodecConfig
+) -> tuple[str, torch.Tensor]:
+    """The checkpoint key behind one of our state-dict entries, and its value."""
+    if name == "quantizer.codebooks":
+        return f"{_QUANTIZER}.*._codebook", _stacked_codebooks(take, config)
+    key = _RENAMED.get(name, f"decoder.{name}")
+    return key, take(key)
+
+
+def _stacked_codebooks(take: Callable[[str], torch.Tensor], config: CodecConfig) -> torch.Tensor:
+    """[G * V, E]: codebook g as the reference computes it, embedding_sum / cluster_usage."""
+    books = []
+    for group in range(config.num_quantizers):
+        if group < NUM_SEMANTIC_QUANTIZERS:
+            prefix = f"{_QUANTIZER}.rvq_first.vq.layers.{group}._codebook"
+        else:
+            prefix = f"{_QUANTIZER}.rvq_rest.vq.layers.{group - NUM_SEMANTIC_QUANTIZERS}._codebook"
+        usage = take(f"{prefix}.cluster_usage")  # [V]
+        books.append(take(f"{prefix}.embedding_sum") / usage.clamp(min=CODEBOOK_EPS)[:, None])  # [V, E]
+    return torch.cat(books)

@@ -1,0 +1,34 @@
+"""Model families of the toolchain, found by name (mlx-lm's `_get_classes`, vLLM's model registry).
+
+A family is a package `engines/<family>/` (its model, codec, export, tiny checkpoints and reference
+glue) whose `__init__` exposes `export`, `build_tiny`, `build_real_dims` and `VARIANTS`. A checkpoint
+names its family by the `model_type` of its config.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+FAMILIES = ("qwen3_tts",)
+MODEL_TYPES = {"qwen3_tts": "qwen3_tts"}
+"""config.json model_type -> family."""
+
+
+def family(name: str) -> ModuleType:
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {name!r} (known: {', '.join(FAMILIES)})")
+    return importlib.import_module(f"engines.{name}")
+
+
+def family_of(checkpoint: Path | str) -> ModuleType:
+    """The family of a checkpoint directory, from its config.json's model_type."""
+    config = Path(checkpoint) / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{config}: missing (is {checkpoint} a checkpoint directory?)")
+    model_type = json.loads(config.read_text()).get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{config}: model_type {model_type!r} is not supported (known: {', '.join(MODEL_TYPES)})")
+    return family(MODEL_TYPES[model_type])

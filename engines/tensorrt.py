@@ -1,0 +1,90 @@
+"""TensorRT plans for an artifact, built on the device (Jetson, TensorRT 10): `edged-engines plans`.
+
+Writes `<graph>.plan` beside each `<graph>.onnx`, one optimization profile per graph spanning what
+the runtime binds: batch 1..max_batch (decode, code predictor, vocoder state rows), prefill length
+1..max_seq, vocoder window 1..`window` frames (at least the daemon's largest window,
+max(vocoder.chunk_frames, vocoder.first_chunk_frames)). Which axis of which input is dynamic, and
+in what role, is the explicit table `DYNAMIC`; an input with a dynamic axis the table does not name
+is an error, so a contract change cannot build a plan that the runtime's bindings fall outside of.
+Only `build` needs TensorRT; the profiles are computed (and tested) without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ANY = "*"
+DYNAMIC: dict[str, dict[str, dict[int, str]]] = {
+    "talker_prefill": {"inputs_embeds": {1: "T"}},
+    "talker_decode": {ANY: {0: "B"}},
+    "code_predictor": {ANY: {0: "B"}},
+    "vocoder": {"codes": {0: "B", 2: "F"}, ANY: {0: "B"}},
+}
+"""graph role -> input name (or ANY) -> {axis: role}: B batch, T prefill length, F vocoder frames."""
+DEFAULT_WINDOW = 16
+
+
+def sizes(limits: dict, window: int) -> dict[str, tuple[int, int, int]]:
+    """(min, opt, max) per axis role."""
+    b, s = limits["max_batch"], limits["max_seq"]
+    return {"B": (1, b, b), "T": (1, min(64, s), s), "F": (1, window, window)}
+
+
+def profile(role: str, name: str, shape: list[int], limits: dict, window: int) -> tuple[list[int], list[int], list[int]] | None:
+    """(min, opt, max) shapes of one input of a graph; None when it has no dynamic axis."""
+    if all(d >= 0 for d in shape):
+        return None
+    table = DYNAMIC.get(role)
+    if table is None:
+        raise ValueError(f"{role}: engines/tensorrt.py DYNAMIC has no entry for this graph")
+    axes = table.get(name, table.get(ANY, {}))
+    by_role = sizes(limits, window)
+    lo, opt, hi = [], [], []
+    for axis, d in enumerate(shape):
+        if d >= 0:
+            lo.append(d), opt.append(d), hi.append(d)
+            continue
+        if axis not in axes:
+            raise ValueError(f"{role}: input {name} axis {axis} is dynamic, but engines/tensorrt.py DYNAMIC names no role for it")
+        a, b, c = by_role[axes[axis]]
+        lo.append(a), opt.append(b), hi.append(c)
+    return lo, opt, hi
+
+
+def build(onnx_path: Path, role: str, limits: dict, window: int, fp16: bool) -> bytes:
+    import tensorrt as trt
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise SystemExit(f"{onnx_path.name}: ONNX parse failed: {errors}")
+    config = builder.create_builder_config()
+    if fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    optimization = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        shapes = profile(role, tensor.name, list(tensor.shape), limits, window)
+        if shapes is not None:
+            optimization.set_shape(tensor.name, *shapes)
+    config.add_optimization_profile(optimization)
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise SystemExit(f"{onnx_path.name}: TensorRT build failed")
+    return bytes(plan)
+
+
+def build_plans(artifact: Path, *, window: int = DEFAULT_WINDOW, fp16: bool = False) -> list[Path]:
+    """Build a plan for every graph of the artifact; returns their paths."""
+    manifest = json.loads((artifact / "artifact.json").read_text())
+    written = []
+    for role in manifest["tensors"]:
+        onnx_path = artifact / manifest["files"][role]
+        plan = build(onnx_path, role, manifest["limits"], window, fp16)
+        onnx_path.with_suffix(".plan").write_bytes(plan)
+        written.append(onnx_path.with_suffix(".plan"))
+    return written

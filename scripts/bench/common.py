@@ -1,0 +1,292 @@
+"""What the benchmarks share: runs and rows, the report table, the machine line, the cached tiny and
+real-dimension checkpoints and artifacts, and the bare engine loop.
+
+The bare loop drives the step core's own bound plans and kernels (prefill, code predictor, talker
+decode, K/V row writes, the vocoder's windows) back to back, with none of the core's bookkeeping:
+no members, no outcomes, no scheduler, no outputs. It never re-implements a stage: a contract change
+in the stages reaches it through the same calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from edged.artifact import ArtifactError, load_artifact
+from edged.core import Core
+from edged.request import Sampling, SpeechRequest
+
+TEXTS = [
+    "Hello world, this is edged speaking.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Streaming speech on a small device, one frame at a time.",
+    "Please keep the door closed when the heating is on.",
+]
+SPEAKER, LANGUAGE = "vivian", "english"
+MARKER = ".bench-done.json"  # written last: a directory without it is rebuilt
+
+
+def requests(batch: int, frames: int) -> list[SpeechRequest]:
+    return [SpeechRequest(id=f"r{i}", text=TEXTS[i], voice=SPEAKER, language=LANGUAGE,
+                          sampling=Sampling.greedy(), max_frames=frames) for i in range(batch)]
+
+
+# ------------------------------------------------------------------------------------ measurements
+
+
+@dataclass
+class Run:
+    wall_s: float
+    frames: int  # all members together
+    first_frame_s: float | None
+    first_audio_s: float | None
+
+
+@dataclass
+class Row:
+    model: str
+    path: str
+    threads: int
+    batch: int
+    runs: list[Run]
+    frame_s: float
+    ratio: float | None = None  # edged / bare
+    vs_reference: float | None = None  # edged / reference
+    check: str = ""
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(r.wall_s for r in self.runs)
+
+    @property
+    def spread(self) -> float:
+        walls = [r.wall_s for r in self.runs]
+        return (max(walls) - min(walls)) / statistics.median(walls)
+
+    @property
+    def frames(self) -> int:
+        return self.runs[0].frames
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.wall
+
+    @property
+    def rtf(self) -> float:
+        # wall / audio of one stream: each member of a cohort must keep up on its own
+        return self.wall / (self.frames / self.batch * self.frame_s)
+
+    def median_of(self, attr: str) -> float | None:
+        values = [getattr(r, attr) for r in self.runs if getattr(r, attr) is not None]
+        return statistics.median(values) if values else None
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ["model", "thr", "batch", "path", "frames", "wall ms", "spread", "frames/s", "RTF",
+            "1st frame ms", "1st audio ms", "edged/bare", "edged/ref", "check"]
+    body = []
+    for r in rows:
+        body.append([r.model, str(r.threads), str(r.batch), r.path, str(r.frames), f"{r.wall * 1e3:.1f}",
+                     f"{r.spread * 100:.0f}%", f"{r.fps:.2f}", f"{r.rtf:.3f}",
+                     _ms(r.median_of("first_frame_s")), _ms(r.median_of("first_audio_s")),
+                     f"{r.ratio:.3f}" if r.ratio else "", f"{r.vs_reference:.3f}" if r.vs_reference else "",
+                     r.check])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in body:
+        print(line(cells))
+
+
+def machine() -> list[str]:
+    import onnxruntime
+
+    cpu = platform.processor() or "?"
+    try:
+        for text_line in Path("/proc/cpuinfo").read_text().splitlines():
+            if text_line.startswith("model name"):
+                cpu = text_line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import torch
+
+        versions = f", torch {torch.__version__}"
+    except ImportError:
+        versions = ""
+    return [
+        f"command: python {shlex.join(sys.argv)}",
+        f"machine: {cpu}, {os.cpu_count()} logical cores{mem}, {platform.system()} {platform.release()}",
+        f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}{versions}, numpy {np.__version__}",
+        load(),
+    ]
+
+
+def load() -> str:
+    """Other work on the machine skews every timing: say how busy it was."""
+    one, five, _ = os.getloadavg()
+    return f"load average: {one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+
+
+@dataclass
+class Case:
+    name: str
+    checkpoint: Path
+    artifact: Path
+    frames: int
+    notes: list[str] = field(default_factory=list)
+
+
+def cached(out: Path, what: str, build, stale=lambda out: None) -> str:
+    """Run build(out) unless `out` holds a finished build that `stale(out)` (a reason or None)
+    accepts; returns a line saying how long it took."""
+    marker = out / MARKER
+    if marker.is_file():
+        reason = stale(out)
+        if reason is None:
+            took = json.loads(marker.read_text())["seconds"]
+            return f"{what}: cached in {out.name} (took {took:.1f} s when made)"
+        print(f"  {out.name} is out of date ({reason}): making it again", flush=True)
+        marker.unlink()
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    build(out)
+    took = time.perf_counter() - t0
+    marker.write_text(json.dumps({"seconds": took}))
+    return f"{what}: made {out.name} in {took:.1f} s"
+
+
+def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) -> Case:
+    from engines.export import export
+    from engines.tiny import build_real_dims, build_tiny
+
+    builder = {"tiny": lambda out: build_tiny(out, seed=seed, variant=0),
+               "real": lambda out: build_real_dims(out, seed)}[name]
+    ckpt = work / f"ckpt-{name}-s{seed}"
+    art = work / f"art-{name}-s{seed}-b4-s{max_seq}"
+    notes = [cached(ckpt, "checkpoint", builder),
+             cached(art, "export", lambda out: export(ckpt, out, max_batch=4, max_seq=max_seq), unloadable)]
+    sidecars = sorted(p.name for p in art.iterdir() if p.name.endswith(".data"))
+    notes.append("external data: " + (", ".join(sidecars) if sidecars else "none (every graph is one file)"))
+    notes.append(f"artifact size: {sum(p.stat().st_size for p in art.iterdir() if p.is_file()) / 2**30:.2f} GiB")
+    return Case(name, ckpt, art, frames, notes)
+
+
+def unloadable(art: Path) -> str | None:
+    """Why edged cannot load `art` (an artifact cached before a contract change), or None."""
+    try:
+        load_artifact(art).tables()
+    except ArtifactError as exc:
+        return str(exc)
+    return None
+
+
+# ------------------------------------------------------------------------------------ the bare loop
+
+
+class BareLoop:
+    """The core's bound plans and kernels driven back to back, greedy, a fixed number of frames:
+    prefill, then per frame the code predictor, the frame onto the port, the talker decode and its
+    K/V row writes, and the vocoder windows that are ready."""
+
+    def __init__(self, core: Core):
+        a = self.artifact = core.artifact
+        self.core, self.talker, self.vocoder, self.port = core, core.talker, core.vocoder, core.port
+        self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
+
+    def setup(self, reqs: list[SpeechRequest]) -> None:
+        """Untimed: prompt rows and greedy sampling inputs for slots 0..n-1, fresh ports and streams."""
+        t, n = self.talker, len(reqs)
+        self.rows, self.prompt_lens = [], []
+        for slot, r in enumerate(reqs):
+            prompt = t.plan(r)
+            rows = np.zeros((prompt.prefill_len, self.artifact.dims.hidden), dtype=t.prefill_rows.dtype)
+            prompt.write(t.tables, rows, t.track[slot])
+            self.rows.append(rows)
+            self.prompt_lens.append(prompt.prefill_len)
+            self.port.open(slot)
+            self.vocoder.prepare(slot)
+        t.seen[:n] = 0
+        t.repetition_penalty[:n] = 1.0
+        t.temperature[:n], t.top_k[:n], t.top_p[:n] = 0.0, 0, 1.0
+        t.cp_temperature[:n], t.cp_top_k[:n], t.cp_top_p[:n] = 0.0, 0, 1.0
+        t.allow_eos[:n] = False
+        self.n = n
+
+    def run(self, num_frames: int) -> Run:
+        t, n, port, vocoder = self.talker, self.n, self.port, self.vocoder
+        slots = range(n)
+        first_frame = first_audio = None
+        t0 = time.perf_counter()
+        positions = list(self.prompt_lens)
+        for slot in slots:
+            np.copyto(t.prefill_rows[: positions[slot]], self.rows[slot])
+            t.prefill(slot, positions[slot])
+            t.seen[slot, t.code0[slot]] = 1
+        cp, decode = t.cp_plans[n - 1], t.decode_plans[n - 1]
+        for f in range(num_frames):
+            cp.run()  # groups 1..G-1
+            for slot in slots:
+                port.append(slot, t.code0[slot], t.codes[slot])
+            if first_frame is None:
+                first_frame = time.perf_counter()
+            if f + 1 < num_frames:  # the last frame needs no next code 0
+                np.add(t.codec_sum[:n], t.pad_row, out=t.inputs_embeds[:n])
+                t.positions[:n] = positions
+                t.allow_eos[:n] = f >= 1  # eos masked for the first two decisions
+                decode.run()
+                for slot in slots:
+                    t.commit_kv(slot, positions[slot])
+                    positions[slot] += 1
+                    t.seen[slot, t.code0[slot]] = 1
+            else:
+                for slot in slots:
+                    port.close(slot)
+            for slot in slots:
+                window = vocoder.decode(slot)
+                if window is not None:
+                    self.pcm[slot, window.first_sample:window.first_sample + len(window.samples)] = window.samples
+                    first_audio = first_audio or time.perf_counter()
+        wall = time.perf_counter() - t0
+        return Run(wall, n * num_frames, first_frame - t0, (first_audio or time.perf_counter()) - t0)
+
+    def check(self, results: list, num_frames: int) -> str:
+        """Same engine calls, same order: bare frames and PCM must equal edged's bit for bit."""
+        spf = self.artifact.samples_per_frame
+        for slot, r in enumerate(results):
+            if r.frames.shape[0] != num_frames:
+                return f"edged stopped {r.id} at {r.frames.shape[0]} frames ({r.reason}): not comparable"
+            if not np.array_equal(self.port.frames(slot), r.frames):
+                return "frames differ from edged"
+            if not np.array_equal(self.pcm[slot, : num_frames * spf], r.pcm):
+                return f"pcm differs from edged by {np.abs(self.pcm[slot, : num_frames * spf] - r.pcm).max():.2e}"
+        return "= edged"

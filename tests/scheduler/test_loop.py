@@ -86,3 +86,16 @@ def test_a_failing_prepare_fails_that_request_only(builtin_artifact, backend, mo
     done = {m.id: m for _, m in replies if isinstance(m, wire.Done)}
     assert done["ok"].reason == "length" and done["ok"].report["frames"] == 4
     assert done["boom"].reason == "error" and "injected failure" in done["boom"].error
+
+
+def test_the_loop_imports_no_protocol_or_audio_code():
+    """The loop is handed its clients, speaker and history: importing it (and everything it
+    imports) loads no protocol, socket or audio device module."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, edged.scheduler.loop; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('zmq', 'sounddevice', 'msgpack', 'torch') "
+             "or m.startswith(('edged.protocol', 'edged.audio', 'edged.server', 'edged.history'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded

@@ -7,6 +7,9 @@ Several utterances may be in flight at once: replies are demultiplexed by id, an
 one utterance wait in a buffer while another is being read. An utterance's replies are buffered
 until it is read, so read (or `wait()` on) every utterance you start.
 
+Text that arrives while it is spoken (an LLM's tokens): `speak(..., more_text=True)`, then
+`utterance.feed(piece)` as pieces come and `utterance.end()`; or `client.speak_iter(pieces)`.
+
 One Client is used from one thread (ZeroMQ sockets are not thread-safe); use one Client per thread.
 """
 
@@ -18,7 +21,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +133,28 @@ class Utterance:
         self.samples_received += msg.samples
         return Audio(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}, pcm=samples)
 
+    def feed(self, text: str) -> bool:
+        """More text for this utterance (spoken with more_text=True); False (and nothing sent) when
+        the utterance is already over (rejected, or its done has come). Replies that have arrived
+        meanwhile are taken in, so a long stream never leaves them queued in the socket."""
+        self.client.poll()
+        if self.over:
+            return False
+        self.client.send_text(self.id, text)
+        return True
+
+    @property
+    def over(self) -> bool:
+        """Rejected, or done, or either waiting to be read."""
+        pending = self.client._inbox.get(self.id, ())
+        return self.finished or any(isinstance(m, (Rejected, Done, Error)) for m, _ in pending)
+
+    def end(self, text: str = "") -> None:
+        """The last piece of this utterance's text: the daemon speaks what it held back, then stops."""
+        self.client.poll()
+        if not self.over:
+            self.client.send_text(self.id, text, final=True)
+
     def wait(self) -> Done:
         """Read every remaining event; the `done` (raises RequestRejected if the speak was rejected)."""
         for _ in self:
@@ -214,6 +239,18 @@ class Client:
         """More text for a speak sent with more_text=True."""
         self._send(protocol.encode(protocol.Text(id=id, text=text, final=final)), f"text {id!r}")
 
+    def speak_iter(self, pieces: Iterable[str], **speak: Any) -> Utterance:
+        """Speak text as it comes from `pieces` (e.g. an LLM's tokens): a speak with more_text, each
+        piece as it is yielded, then the final mark. Returns the utterance; `wait()` for its done.
+        Keyword arguments are those of `speak` (voice, play, stream, session, ...)."""
+        utterance = self.speak("", more_text=True, **speak)
+        for piece in pieces:
+            if not utterance.feed(piece):
+                break  # rejected, or over (cancelled, failed, out of room): the rest is not sent
+        else:
+            utterance.end()
+        return utterance
+
     def cancel(self, id: Id) -> None:
         self._send(protocol.encode(protocol.Cancel(id=id)), f"cancel {id!r}")
 
@@ -240,6 +277,11 @@ class Client:
         reply = self._next_reply(lambda r: isinstance(r, StatusReply), "status")
         assert isinstance(reply, StatusReply)
         return reply.fields
+
+    def poll(self) -> None:
+        """Take in every reply that has already arrived, without waiting."""
+        while self._socket.poll(0, zmq.POLLIN):
+            self._route(*protocol.decode_reply(self._socket.recv_multipart()))
 
     # --- receiving: one loop, replies routed by id
 

@@ -70,6 +70,8 @@ class DaemonConfig:
     """Largest client message accepted (bytes); bigger ones get an `error` reply."""
     drain_timeout_s: float = 10.0
     """On SIGTERM: how long in-flight requests may run before they are cancelled."""
+    text_timeout_ms: int = 10000
+    """A streamed request (more_text) whose next text piece is this late is treated as final."""
     log_level: str = "info"
     """debug, info, warning or error."""
     test_stall_after_steps: int = 0
@@ -266,6 +268,8 @@ def _validate(config, source: str) -> None:
             raise ConfigError(f"{source}: daemon.max_message_bytes must be >= 1024")
         if config.drain_timeout_s < 0:
             raise ConfigError(f"{source}: daemon.drain_timeout_s must be >= 0")
+        if config.text_timeout_ms < 1:
+            raise ConfigError(f"{source}: daemon.text_timeout_ms must be >= 1")
         if config.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"{source}: daemon.log_level must be debug, info, warning or error")
     if isinstance(config, VocoderConfig) and (config.chunk_frames < 1 or config.first_chunk_frames < 1):

@@ -56,6 +56,7 @@ class Daemon:
             self.serve(loop)
         finally:
             self.history.stop()  # its last replies go out before the server's pipe closes
+            loop.close()
             server.stop()
             if self.listener is not None:
                 self.listener.stop()
@@ -89,7 +90,7 @@ class Daemon:
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
-                          history=self.history, recorder=recorder)
+                          history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000)
         loop.around.claimed, loop.around.history = claimed, lambda: self.history.snapshot
         self._devices(loop)
         server.start()

@@ -97,3 +97,6 @@ class SpeechRequest:
     of all text in the prefill."""
     max_frames: int | None = None
     """Stop with reason "length" after this many frames (None: as many as the KV cache allows)."""
+    more_text: bool = False
+    """More text follows in pieces (streamed text input); `text` is the first piece, maybe empty.
+    Streamed requests use the dual-track layout."""

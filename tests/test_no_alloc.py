@@ -107,3 +107,47 @@ def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, back
     assert all(n > 0 for n in recorder.samples)
     print(f"loop: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND and peak <= PEAK_BOUND, (grown, peak)
+
+
+def test_a_streaming_member_that_waits_and_resumes_does_not_allocate(builtin_artifact, backend):
+    """A member whose text comes one token every third frame (slower than it speaks) waits at most
+    boundaries and resumes when a token arrives, beside members that never wait."""
+    from edged.talker.text import Streamed
+
+    core = Core(load_artifact(builtin_artifact), backend)
+    core.preallocate()
+    stream = core.text_stream()
+    ids = stream.feed("A streamed reply, read one token at a time beside the others, and never early. " * 3,
+                      final=True)
+    assert len(ids) > 60
+    streaming = core.prepare(SpeechRequest("s", "", sampling=Sampling.greedy(), more_text=True),
+                             0, Streamed(stream.head, tuple(ids[:2]), False))
+    others = [core.prepare(SpeechRequest(f"o{i}", "A member that never waits.", sampling=Sampling(seed=i)), slot)
+              for i, slot in enumerate((1, 2, 3))]
+    members = [streaming, *others]
+    state = {"frame": 0, "fed": 2, "waited": 0}
+
+    def frame() -> None:
+        if state["frame"] % 3 == 0:
+            core.extend_text(streaming, ids[state["fed"]:state["fed"] + 1], False)
+            state["fed"] += 1
+        state["frame"] += 1
+        ready = [m for m in members if core.ready(m)]
+        state["waited"] += len(ready) < len(members)
+        core.step(ready)
+
+    for _ in range(20):
+        frame()
+    tracemalloc.start()
+    try:
+        for _ in range(5):
+            frame()
+        before = tracemalloc.take_snapshot()
+        peak = steady_peak(frame)
+        grown = growth(before, tracemalloc.take_snapshot())
+    finally:
+        tracemalloc.stop()
+    assert streaming.frames < others[0].frames == 25 + STEADY_FRAMES and state["waited"] > 50
+    assert streaming.frames >= state["fed"] - 3  # it resumed every time a token came
+    print(f"streaming: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
+    assert grown <= GROWTH_BOUND and peak <= PEAK_BOUND, (grown, peak)

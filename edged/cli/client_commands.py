@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from edged.config import default_endpoint
@@ -15,7 +18,7 @@ EXIT_REJECTED = 2
 
 def add_parser(commands) -> None:
     p = commands.add_parser("say", help="speak TEXT through the running daemon and print the report")
-    p.add_argument("text")
+    p.add_argument("text", help="the text; \"-\": read standard input and speak it as it comes (e.g. piped from an LLM)")
     p.add_argument("--voice", default=None)
     p.add_argument("--language", default=None)
     p.add_argument("--instruct", default=None)
@@ -48,9 +51,12 @@ def say(args: argparse.Namespace) -> int:
 
     sampling = {"seed": args.seed} if args.seed is not None else None
     with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
-        utterance = client.speak(args.text, voice=args.voice, language=args.language, instruct=args.instruct,
-                                 play=not args.no_play, stream=args.out is not None, sampling=sampling,
-                                 max_audio_ms=args.max_audio_ms)
+        options = dict(voice=args.voice, language=args.language, instruct=args.instruct, play=not args.no_play,
+                       stream=args.out is not None, sampling=sampling, max_audio_ms=args.max_audio_ms)
+        if args.text == "-":  # standard input, spoken as it comes
+            utterance = client.speak_iter(stdin_pieces(), **options)
+        else:
+            utterance = client.speak(args.text, **options)
         try:
             done = utterance.wait()
         except RequestRejected as exc:
@@ -60,6 +66,16 @@ def say(args: argparse.Namespace) -> int:
         write_wav(args.out, utterance.pcm, utterance.sample_rate or 24000)
     print(json.dumps({"id": done.id, "reason": done.reason, "error": done.error, **done.report}))
     return 0 if done.reason in ("eos", "length") else EXIT_FAILED
+
+
+def stdin_pieces() -> Iterator[str]:
+    """Standard input as it arrives (whatever each read returns), decoded as UTF-8 across reads."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := os.read(sys.stdin.fileno(), 4096):
+        if text := decoder.decode(chunk):
+            yield text
+    if tail := decoder.decode(b"", final=True):
+        yield tail
 
 
 def cancel(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from edged.core.port import CodecPort
 from edged.families import get_family
 from edged.request import Sampling, SpeechRequest
 from edged.talker.stage import Member, Outcome, TalkerStage
+from edged.talker.text import Streamed, TextStream
 from edged.vocoder.stage import VocoderStage, Window
 
 
@@ -54,11 +55,23 @@ class Core:
     def admit(self, request: SpeechRequest) -> tuple[bool, str]:
         return self.talker.admit(request)
 
-    def prepare(self, request: SpeechRequest, slot: int) -> Member:
-        """Prefill `request` into `slot` and start its vocoder stream."""
-        member = self.talker.prepare(request, slot)
+    def prepare(self, request: SpeechRequest, slot: int, streamed: Streamed | None = None) -> Member:
+        """Prefill `request` (a stream: its committed text so far) into `slot` and start its vocoder stream."""
+        member = self.talker.prepare(request, slot, streamed)
         self.vocoder.prepare(slot)
         return member
+
+    def text_stream(self) -> TextStream:
+        """A fresh incremental tokenizer for a streamed request (used off the loop thread)."""
+        return self.talker.text_stream()
+
+    def extend_text(self, member: Member, ids: list[int], final: bool) -> None:
+        """A stream's newly committed text ids onto the member's text track."""
+        self.talker.extend_text(member, ids, final)
+
+    def ready(self, member: Member) -> bool:
+        """Whether the member can step now (a stream whose committed text is used up waits)."""
+        return self.talker.ready(member)
 
     def step(self, members: list[Member]) -> StepOutput:
         out = self.out

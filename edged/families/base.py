@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from edged.artifact.manifest import ArtifactError, Dims, Manifest
 from edged.request import SpeechRequest
 from edged.talker.prompt import Lookup, Prompt
+from edged.talker.text import Streamed, TextStream
 
 if TYPE_CHECKING:
     from edged.artifact import Artifact
@@ -18,8 +19,17 @@ TALKER_GRAPHS = ("talker_prefill", "talker_decode", "code_predictor", "vocoder")
 
 
 class Layout(Protocol):
-    def plan(self, request: SpeechRequest) -> Prompt:
-        """The request's prompt; raises PromptError naming what is wrong with the request."""
+    def plan(self, request: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
+        """The request's prompt (from a stream's committed text when `streamed` is given); raises
+        PromptError naming what is wrong with the request."""
+        ...
+
+    def check(self, request: SpeechRequest) -> None:
+        """Every reason to refuse a request but its text (a streamed request's text comes later)."""
+        ...
+
+    def text_stream(self) -> TextStream:
+        """Incremental tokenization for this layout's streamed text."""
         ...
 
 
@@ -32,6 +42,10 @@ class Talking:
     """The code 0 that ends an utterance (its frame is never published)."""
     pad: Lookup
     """The text-track row fed once the track is used up (one row)."""
+    text_table: str
+    """The table streamed text ids are rows of (they grow the text track)."""
+    text_end: Lookup
+    """The row that ends a streamed text on the track (one row)."""
 
 
 class Family(ABC):

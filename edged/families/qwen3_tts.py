@@ -33,7 +33,9 @@ class Qwen3TTS(Family):
 
     def talking(self, artifact) -> Talking:
         layout = TtsLayout(artifact, TextEncoder(artifact.file("tokenizer")))
-        return Talking(layout, eos=artifact.special["codec_eos"], pad=Lookup(TEXT, (artifact.special["tts_pad"],)))
+        sp = artifact.special
+        return Talking(layout, eos=sp["codec_eos"], pad=Lookup(TEXT, (sp["tts_pad"],)), text_table=TEXT,
+                       text_end=Lookup(TEXT, (sp["tts_eos"],)))
 
 
 FAMILY = Qwen3TTS()

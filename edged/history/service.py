@@ -72,6 +72,8 @@ class Ended:
     """The local speaker's final cursor; None when the reply did not play on it."""
     pcm: np.ndarray | None
     sample_rate: int
+    text: str | None = None
+    """A streamed reply's whole text (everything received); None: the speak's text."""
 
 
 @dataclass(frozen=True)
@@ -184,9 +186,10 @@ class History:
         self.inbox.put(Unreserve(client, id))
 
     def ended(self, client: bytes, id: Any, reason: str, generated_ms: int, played_ms: int | None,
-              pcm: np.ndarray | None, sample_rate: int) -> None:
-        """A reply is over (sent before its `done`, so whatever the client sends after it comes after)."""
-        self.inbox.put(Ended(client, id, reason, generated_ms, played_ms, pcm, sample_rate))
+              pcm: np.ndarray | None, sample_rate: int, text: str | None = None) -> None:
+        """A reply is over (sent before its `done`, so whatever the client sends after it comes
+        after); `text`: a streamed reply's whole text."""
+        self.inbox.put(Ended(client, id, reason, generated_ms, played_ms, pcm, sample_rate, text))
 
     # ----------------------------------------------------------------------------- the thread
 
@@ -265,6 +268,9 @@ class History:
         record = self.records.get((c.client, c.id))
         if record is None:
             return
+        if c.text is not None:  # a streamed reply: its original text is everything received
+            record.text = c.text
+            self.store.set_original(record.turn_id, c.text)
         record.ended, record.complete = True, c.reason == "eos"
         record.generated_ms = c.generated_ms
         if c.played_ms is not None:  # the speaker's cursor: final

@@ -82,6 +82,9 @@ class Store:
         self.db.execute("UPDATE turns SET content = ?, interrupted = ?, pending = ? WHERE id = ?",
                         (content, int(interrupted), int(pending), turn_id))
 
+    def set_original(self, turn_id: int, original: str) -> None:
+        self.db.execute("UPDATE turns SET original = ? WHERE id = ?", (original, turn_id))
+
     def delete(self, turn_id: int) -> None:
         self.db.execute("DELETE FROM turns WHERE id = ?", (turn_id,))
 

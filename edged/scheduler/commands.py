@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from edged.request import SpeechRequest
+from edged.request import Id, SpeechRequest
 
 
 @dataclass(frozen=True)
@@ -22,9 +21,19 @@ class Submit:
 
 
 @dataclass(frozen=True)
+class MoreText:
+    """A piece of a streamed request's text (`final`: the last)."""
+
+    client: bytes
+    id: Id
+    text: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
 class Cancel:
     client: bytes
-    id: Hashable
+    id: Id
 
 
 @dataclass(frozen=True)
@@ -46,4 +55,4 @@ class Drain:
     deadline: float
 
 
-Command = Submit | Cancel | StatusQuery | PlaybackEnded | Drain
+Command = Submit | MoreText | Cancel | StatusQuery | PlaybackEnded | Drain

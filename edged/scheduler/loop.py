@@ -3,13 +3,17 @@
 Other threads hand it commands through `inbox` (a queue); it answers through the `Clients` it is
 handed, and sends audio where `Outputs` says. Each iteration, in order:
 
-    commands -> join (prefill newcomers into free slots) -> step (the members whose speaker buffer
-    has room) -> outputs (windows to speaker, recorder, stream) -> ends -> watchdog progress
+    commands -> text timeouts -> join (prefill newcomers into free slots) -> step (the members
+    whose speaker buffer has room and whose text is there) -> outputs (windows to speaker,
+    recorder, stream) -> ends -> watchdog progress
 
 A cancel is applied at the next boundary, so it lands within one frame. A failure while preparing
 one request fails that request only; a failure of a step fails the members of that step, and the
-loop goes on. Why a request ended is the scheduler's to say; every accepted request gets exactly
-one `done`, when its generation is over and, on the local speaker, when its audio has been heard.
+loop goes on. Streamed text (`more_text`) is tokenized on its own thread (`streams.TextWorker`);
+the loop copies the committed ids' rows into the member's track, and a member whose text is used
+up sits out steps until more comes (or the text timeout makes the stream final). Why a request
+ended is the scheduler's to say; every accepted request gets exactly one `done`, when its
+generation is over and, on the local speaker, when its audio has been heard.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import traceback
 from collections.abc import Callable
 
 from edged.core import Core
-from edged.scheduler.commands import Cancel, Command, Drain, PlaybackEnded, StatusQuery, Submit
+from edged.scheduler.commands import Cancel, Command, Drain, MoreText, PlaybackEnded, StatusQuery, Submit
 from edged.scheduler.outputs import Clients, History, Job, Outputs, Recorder, Speaker
 from edged.scheduler.report import report
 from edged.scheduler.scheduler import COMPLETE, Entry, Scheduler, Status
 from edged.scheduler.status import Counters, Surroundings, status
+from edged.scheduler.streams import Committed, TextIn, TextWorker
 
 log = logging.getLogger("edged.loop")
 
@@ -40,7 +45,7 @@ class CohortLoop:
     def __init__(self, core: Core, clients: Clients, *, inbox: queue.SimpleQueue | None = None, queue_limit: int = 16,
                  speaker: Speaker | None = None, reject_play_without_device: bool = False,
                  progress: Callable[[], None] = lambda: None, stall_after_steps: int = 0,
-                 history: History | None = None, recorder: Recorder | None = None):
+                 history: History | None = None, recorder: Recorder | None = None, text_timeout_s: float = 10.0):
         self.core = core
         self.clients = clients
         self.speaker = speaker
@@ -56,6 +61,13 @@ class CohortLoop:
         self.around = Surroundings()
         self.draining: Drain | None = None
         self.started = time.monotonic()
+        self.text_timeout_s = text_timeout_s
+        self.texts = TextWorker(self.inbox)
+        self.streams: dict = {}
+        """Streamed requests whose text is still open (key -> entry), for the text timeout."""
+
+    def close(self) -> None:
+        self.texts.stop()
 
     @property
     def busy(self) -> bool:
@@ -66,11 +78,12 @@ class CohortLoop:
 
     def iteration(self) -> None:
         """One pass: commands, joins, one frame for every member whose reply has room, ends."""
-        if self.scheduler.waiting or self._ready():
+        if self._has_work():
             self._commands(timeout=None)
-        else:  # idle, or every member waits for the speaker to drain its buffer
+        else:  # idle, or every member waits for room on the speaker or for text
             self._commands(timeout=PAUSED_WAIT_S if self.scheduler.running else IDLE_WAIT_S)
         self._drain_deadline()
+        self._text_timeouts()
         self._join()
         entries = self._ready()
         if entries:
@@ -80,12 +93,34 @@ class CohortLoop:
                 threading.Event().wait()
         self.progress()
 
+    def _has_work(self) -> bool:
+        s = self.scheduler
+        if len(s.running) < s.max_batch and any(e.startable for e in s.waiting):
+            return True
+        return any(self._has_room(e.payload) and self.core.ready(e.payload.member) for e in s.members)
+
+    def _has_room(self, job: Job) -> bool:
+        """Whether the reply's speaker buffer takes a step's audio (a full one pauses its member)."""
+        return job.reply is None or self.speaker is None or self.speaker.room(job.reply) >= self.core.window_samples
+
     def _ready(self) -> list[Entry]:
-        """Running members whose reply has room for a step's audio (the rest are paused)."""
-        room = self.core.window_samples
-        speaker = self.speaker
-        return [e for e in self.scheduler.members
-                if e.payload.reply is None or speaker is None or speaker.room(e.payload.reply) >= room]
+        """The members that step now: room for their audio, and text to read (a streamed member
+        whose text is used up waits; its wait is counted)."""
+        now = time.monotonic()
+        ready = []
+        for entry in self.scheduler.members:
+            job: Job = entry.payload
+            assert job.member is not None
+            if not self._has_room(job):
+                continue
+            if not self.core.ready(job.member):
+                assert job.text is not None  # only a stream runs out of text
+                job.text.waiting(now)
+                continue
+            if job.text is not None:
+                job.text.resumed(now)
+            ready.append(entry)
+        return ready
 
     def _step(self, entries: list[Entry]) -> None:
         try:
@@ -121,6 +156,10 @@ class CohortLoop:
     def _command(self, command: Command) -> None:
         if isinstance(command, Submit):
             self._submit(command)
+        elif isinstance(command, Committed):
+            self._committed(command)
+        elif isinstance(command, MoreText):
+            self._more_text(command)
         elif isinstance(command, Cancel):
             entry = self.scheduler.by_key.get((command.client, command.id))
             if entry is not None:
@@ -146,7 +185,7 @@ class CohortLoop:
             reason = None if ok else why
         key = (s.client, s.request.id)
         job = Job(s, time.monotonic())
-        entry = Entry(key, job)
+        entry = Entry(key, job, startable=not s.request.more_text)
         if reason is None:
             reason = self.scheduler.submit(entry)
         if reason is not None:
@@ -160,6 +199,62 @@ class CohortLoop:
             job.reply = self.speaker.begin(key, s.request.id)
             entry.plays = job.reply is not None
         self.clients.accepted(s.client, s.request.id)
+        if s.request.more_text:
+            job.text = TextIn(self.core.text_stream(), job.accepted_at)
+            self.streams[key] = entry
+            self._piece(entry, s.request.text, final=False)
+
+    # ----------------------------------------------------------------------------- streamed text
+
+    def _more_text(self, c: MoreText) -> None:
+        entry = self.scheduler.by_key.get((c.client, c.id))
+        if entry is None:
+            self.clients.error(c.client, c.id, f"text: no speak with id {c.id!r} is in flight")
+        elif entry.payload.text is None:
+            self.clients.error(c.client, c.id, f"text: speak {c.id!r} was not sent with more_text")
+        elif entry.payload.text.closed:
+            self.clients.error(c.client, c.id, f"text: speak {c.id!r} already had its final text")
+        else:
+            self._piece(entry, c.text, c.final)
+
+    def _piece(self, entry: Entry, text: str, final: bool) -> None:
+        """One piece of a stream, in order, to the tokenizer thread."""
+        t: TextIn = entry.payload.text
+        t.pieces.append(text)
+        t.last_piece_at = time.monotonic()
+        t.closed = final
+        if final:
+            self.streams.pop(entry.key, None)
+        if text or final:
+            self.texts.put(entry.key, t.stream, text, final)
+
+    def _text_timeouts(self) -> None:
+        """A stream whose next piece is late by `text_timeout_s` is final (its held-back text is spoken)."""
+        if not self.streams:
+            return
+        now = time.monotonic()
+        for entry in [e for e in self.streams.values() if now - e.payload.text.last_piece_at > self.text_timeout_s]:
+            log.warning("text stream timed out: treated as final", extra={"request_id": str(entry.payload.id)})
+            entry.payload.text.timed_out = True
+            self._piece(entry, "", final=True)
+
+    def _committed(self, c: Committed) -> None:
+        """Ids the tokenizer is sure of: onto the member's track, or kept until the request joins."""
+        entry = self.scheduler.by_key.get(c.key)
+        if entry is None or entry.payload.text is None or entry.payload.text.stream is not c.stream:
+            return  # the request has ended (or this is another request with the same id)
+        job: Job = entry.payload
+        t = entry.payload.text
+        t.final = c.final
+        if c.error or (c.final and not t.text.strip()):
+            self._end(entry, "error", c.error or "text is empty")
+        elif entry.status is Status.WAITING:
+            t.ids += c.ids
+            entry.startable = bool(t.ids)
+        elif entry.status is Status.RUNNING and job.member is not None:
+            self.core.extend_text(job.member, c.ids, c.final)
+        elif c.ids:
+            t.late = True  # generation is over: this text is never spoken
 
     def _drain_deadline(self) -> None:
         if self.draining and time.monotonic() >= self.draining.deadline:
@@ -211,7 +306,8 @@ class CohortLoop:
             slot = entry.slot
             assert slot is not None
             try:
-                job.member = self.core.prepare(job.submit.request, slot)
+                streamed = job.text.streamed() if job.text is not None else None
+                job.member = self.core.prepare(job.submit.request, slot, streamed)
                 if self.recorder is not None and job.submit.session:
                     self.recorder.start(slot)
             except Exception as exc:  # a bad request fails alone; the cohort goes on
@@ -239,6 +335,8 @@ class CohortLoop:
 
     def _done(self, entry: Entry) -> None:
         job: Job = entry.payload
+        if self.streams.get(entry.key) is entry:  # its text timeout no longer applies
+            del self.streams[entry.key]
         reason = entry.status.reason
         error = entry.error if entry.status is Status.FINISHED_ERROR else None
         self.counters.done[reason] += 1
@@ -247,6 +345,6 @@ class CohortLoop:
             played = fields.get("played_ms") if job.submit.play else None
             generated_ms = job.samples_sent * 1000 // self.core.artifact.sample_rate
             self.history.ended(job.submit.client, job.id, reason, generated_ms, played, job.pcm,
-                               self.core.artifact.sample_rate)
+                               self.core.artifact.sample_rate, job.text.text if job.text is not None else None)
         self.clients.done(job.submit.client, job.id, reason, error, fields)
         log.info("done", extra={"request_id": str(job.id), "reason": reason})

@@ -18,6 +18,7 @@ import numpy as np
 from edged.core import Member, Window
 from edged.request import Id
 from edged.scheduler.commands import Submit
+from edged.scheduler.streams import TextIn
 
 
 class Clients(Protocol):
@@ -28,6 +29,7 @@ class Clients(Protocol):
     def audio(self, client: bytes, id: Id, seq: int, format: str, first_sample: int, samples: np.ndarray) -> None: ...
     def done(self, client: bytes, id: Id, reason: str, error: str | None, report: dict) -> None: ...
     def status(self, client: bytes, fields: dict) -> None: ...
+    def error(self, client: bytes, id: Id | None, reason: str) -> None: ...
 
 
 class Speaker(Protocol):
@@ -49,7 +51,7 @@ class History(Protocol):
 
     def unreserve(self, client: bytes, id: Id) -> None: ...
     def ended(self, client: bytes, id: Id, reason: str, generated_ms: int, played_ms: int | None,
-              pcm: np.ndarray | None, sample_rate: int) -> None: ...
+              pcm: np.ndarray | None, sample_rate: int, text: str | None = None) -> None: ...
 
 
 class Recorder(Protocol):
@@ -80,6 +82,8 @@ class Job:
     """Samples heard, once the speaker is through with the reply."""
     pcm: np.ndarray | None = None
     """The whole reply's audio for calibration (asr policy), taken when generation ends."""
+    text: TextIn | None = None
+    """A streamed request's text (more_text)."""
 
     @property
     def id(self) -> Id:

@@ -27,6 +27,10 @@ def report(entry: Entry, core: Core) -> dict[str, Any]:
     }
     if job.cancelled_at_frame is not None:
         out["cancelled_at_frame"] = job.cancelled_at_frame
+    if job.text is not None:
+        out |= job.text.report()
+    if job.text is not None or (m is not None and m.prompt.track):  # the dual-track layout
+        out["text_truncated"] = _text_truncated(job, entry.status.reason)
     if job.submit.play:
         out["played_ms"] = job.played * 1000 // rate if job.played is not None else 0
         if job.reply is None:
@@ -34,3 +38,12 @@ def report(entry: Entry, core: Core) -> dict[str, Any]:
     if job.submit.report_codes:
         out["rvq_codes"] = core.frames(m).tolist() if m else []
     return out
+
+
+def _text_truncated(job: Job, reason: str) -> bool:
+    """Text the reply never spoke: left out for lack of KV room, come after generation had ended, or
+    still coming when it ended with length."""
+    if job.member is not None and job.member.text_truncated:
+        return True
+    text = job.text
+    return text is not None and (text.late or (reason == "length" and not text.final))

@@ -5,8 +5,9 @@ A request's life is one ordered enum, changed here and nowhere else (vLLM's Requ
     WAITING -> RUNNING -> PLAYING -> FINISHED_*        (everything from FINISHED_EOS on is finished)
                       \\-----------> FINISHED_*         (a reply that is not on the local speaker)
 
-A request waits in a bounded queue, takes the lowest free cohort slot at a frame boundary, and
-frees it the moment its generation ends. A reply on the local speaker then stays PLAYING until the
+A request waits in a bounded queue, takes the lowest free cohort slot at a frame boundary once it
+can start (a streamed request: once its first text is certain), and frees it the moment its
+generation ends. A reply on the local speaker then stays PLAYING until the
 speaker is through with it. Why a request ended is decided here too, from what the loop reports:
 
 - generation ended (`end`): eos | length | cancelled | error; the first reason given stays;
@@ -60,6 +61,8 @@ class Entry:
     payload: Any = None
     plays: bool = False
     """It is on the local speaker: it finishes when the speaker is through with it."""
+    startable: bool = True
+    """It can join the cohort (a streamed request is not until its first text is certain)."""
     status: Status = Status.WAITING
     slot: int | None = None
     cancel_requested: bool = False
@@ -92,10 +95,13 @@ class Scheduler:
         return None
 
     def join(self) -> list[Entry]:
-        """At a frame boundary: waiting requests take free slots (lowest first), in arrival order."""
+        """At a frame boundary: waiting requests that can start take free slots (lowest first), in
+        arrival order."""
         joined = []
-        while self.waiting and len(self.running) < self.max_batch:
-            entry = self.waiting.popleft()
+        for entry in [e for e in self.waiting if e.startable]:
+            if len(self.running) >= self.max_batch:
+                break
+            self.waiting.remove(entry)
             entry.slot = min(set(range(self.max_batch)) - set(self.running))
             entry.status = Status.RUNNING
             self.running[entry.slot] = entry
@@ -116,9 +122,14 @@ class Scheduler:
         return entry
 
     def end(self, entry: Entry, reason: str, error: str | None = None) -> None:
-        """A running request's generation is over (eos | length | cancelled | error); its slot is free."""
-        assert entry.status is Status.RUNNING and entry.slot is not None, f"{entry.key} ended while {entry.status.name}"
-        del self.running[entry.slot]
+        """A request's generation is over (eos | length | cancelled | error): a running one frees its
+        slot; a waiting one (a stream that never started) leaves the queue."""
+        assert entry.status in (Status.WAITING, Status.RUNNING), f"{entry.key} ended while {entry.status.name}"
+        if entry.status is Status.WAITING:
+            self.waiting.remove(entry)
+        else:
+            assert entry.slot is not None
+            del self.running[entry.slot]
         self._decide(entry, FINISHED[reason], error)
         if entry.plays:
             entry.status = Status.PLAYING
@@ -133,10 +144,12 @@ class Scheduler:
         loop cut it) | "interrupted" (the user spoke) | "error" (the device failed)."""
         assert entry.plays and not entry.status.finished, f"{entry.key} played while {entry.status.name}"
         entry.plays = False
-        if entry.status is Status.RUNNING:  # cut while generating: generation stops at the next boundary
+        if entry.status in (Status.WAITING, Status.RUNNING):  # cut before its generation ended
             self._decide(entry, FINISHED[cut] if cut in ("interrupted", "error") else Status.FINISHED_CANCELLED, error)
             entry.cancel_requested = True
-            self._check()
+            if entry.status is Status.WAITING:  # it never started: it ends now
+                self.end(entry, "cancelled")
+            self._check()  # a running one ends at the next frame boundary
             return
         assert entry.ending is not None
         if cut in ("interrupted", "error"):

@@ -47,3 +47,6 @@ class ClientReplies:
 
     def status(self, client: bytes, fields: dict) -> None:
         self.send(client, wire.StatusReply(fields), None)
+
+    def error(self, client: bytes, id: Id | None, reason: str) -> None:
+        self.send(client, wire.Error(reason, id), None)

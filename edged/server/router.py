@@ -18,7 +18,7 @@ import zmq
 from edged import protocol as wire
 from edged.history.service import Ack, AddTurn, History, Query, Reserve
 from edged.request import Sampling, SpeechRequest
-from edged.scheduler.commands import Cancel, StatusQuery, Submit
+from edged.scheduler.commands import Cancel, MoreText, StatusQuery, Submit
 from edged.server.sockets import bind, connect, unbind_path
 
 log = logging.getLogger("edged.server")
@@ -111,6 +111,8 @@ class Server:
                                                          local=message.play))
             return Submit(client, request, stream=message.stream, format=message.format, play=message.play,
                           report_codes=message.report_codes, session=session)
+        if isinstance(message, wire.Text):
+            return MoreText(client, message.id, message.text, message.final)
         if isinstance(message, wire.Cancel):
             return Cancel(client, message.id)
         if isinstance(message, wire.Status):
@@ -132,10 +134,8 @@ class Server:
         return self.history
 
     def _request(self, m: wire.Speak) -> SpeechRequest:
-        if m.more_text:
-            raise wire.ProtocolError("more_text (streamed text input) is not supported by this daemon yet", m.id)
         # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
         sampling = replace(self.defaults, **(m.sampling or {}))
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
-                             sampling=sampling, max_frames=max_frames)
+                             sampling=sampling, max_frames=max_frames, more_text=m.more_text, dual_track=m.more_text)

@@ -76,7 +76,8 @@ class Prompt:
         return sum(len(b) for b in self.track)
 
     def write(self, tables: Mapping[str, np.ndarray], rows: np.ndarray, track: np.ndarray) -> None:
-        """rows[:prefill_len] and track[:track_len] (preallocated [max_seq, H] buffers) = this prompt."""
+        """rows[:prefill_len] and track[:min(track_len, len(track))] (preallocated buffers) = this
+        prompt; track rows beyond the buffer are left out."""
         _write(self.prefill, tables, rows)
         _write(self.track, tables, track)
 
@@ -85,8 +86,11 @@ def _write(blocks: tuple[Block, ...], tables: Mapping[str, np.ndarray], out: np.
     n = 0
     for block in blocks:
         rows = out[n:n + len(block)]
+        if not len(rows):
+            return
         for i, part in enumerate(block.parts):
             source = tables[part.table][list(part.ids)] if isinstance(part, Lookup) else part.rows
+            source = source[:len(rows)]
             if source.shape[1:] != rows.shape[1:]:
                 raise PromptError(f"prompt rows have width {source.shape[1:]}, the talker takes {rows.shape[1:]}")
             if i == 0:

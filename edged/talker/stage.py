@@ -23,6 +23,7 @@ from edged.core.port import CodecPort
 from edged.families import Talking
 from edged.request import SamplingError, SpeechRequest
 from edged.talker.prompt import Prompt, PromptError
+from edged.talker.text import Streamed, TextStream
 
 EOS_BLOCKED_DECISIONS = 2  # the reference masks eos for the first two code-0 decisions
 
@@ -49,6 +50,13 @@ class Member:
     frames: int = 0
     decisions: int = 0  # code-0 tokens sampled so far
     outcome: Outcome = Outcome.RUNNING
+    track_len: int = 0
+    """Text-track rows written (the prompt's, then a stream's as they are committed)."""
+    text_final: bool = True
+    """No more text will come: once the track is used up the pad row follows."""
+    text_tokens: int = 0
+    text_truncated: bool = False
+    """Text was left out: the track holds only what the KV room lets the member read."""
     prefill_ms: float = 0.0
     step_ms: float = 0.0
     first_frame_at: float | None = None
@@ -64,6 +72,8 @@ class TalkerStage:
         self.eos = talking.eos
         self.tables = tables
         self.pad_row = tables[talking.pad.table][talking.pad.ids[0]]
+        self.text_table = tables[talking.text_table]
+        self.text_end = tables[talking.text_end.table][talking.text_end.ids[0]]
         self.prefill_engine = backend.load(artifact.file("talker_prefill"))
         self.decode_engine = backend.load(artifact.file("talker_decode"))
         self.cp_engine = backend.load(artifact.file("code_predictor"))
@@ -137,9 +147,12 @@ class TalkerStage:
 
     # ---------------------------------------------------------------------------------- requests
 
-    def plan(self, request: SpeechRequest) -> Prompt:
+    def text_stream(self) -> TextStream:
+        return self.layout.text_stream()
+
+    def plan(self, request: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
         """The request's prompt; every reason to refuse it (PromptError, SamplingError) is raised here."""
-        prompt = self.layout.plan(request)
+        prompt = self.layout.plan(request, streamed)
         request.sampling.validated()
         if prompt.prefill_len >= self.artifact.max_seq:
             raise PromptError(f"text too long: the prefill needs {prompt.prefill_len} of {self.artifact.max_seq} "
@@ -149,21 +162,32 @@ class TalkerStage:
         return prompt
 
     def admit(self, request: SpeechRequest) -> tuple[bool, str]:
-        """Refuse for free: unknown voice/language, bad sampling, empty or too long text."""
+        """Refuse for free: unknown voice/language, bad sampling, empty or too long text (a streamed
+        request's text is checked as it comes)."""
         try:
-            self.plan(request)
+            if request.more_text:
+                self.layout.check(request)
+                request.sampling.validated()
+                if request.max_frames is not None and request.max_frames < 1:
+                    raise PromptError(f"max_frames must be >= 1, got {request.max_frames}")
+            else:
+                self.plan(request)
         except (PromptError, SamplingError) as exc:
             return False, str(exc)
         return True, ""
 
-    def prepare(self, request: SpeechRequest, slot: int) -> Member:
-        """Prefill one request into `slot`; afterwards its first code 0 is pending."""
+    def prepare(self, request: SpeechRequest, slot: int, streamed: Streamed | None = None) -> Member:
+        """Prefill one request (a stream: from its committed text) into `slot`; afterwards its first
+        code 0 is pending."""
         t0 = time.perf_counter()
-        prompt = self.plan(request)
+        prompt = self.plan(request, streamed)
         sampling = request.sampling.validated()
         room = self.artifact.max_seq - prompt.prefill_len + 1
         m = Member(request, prompt, slot, min(request.max_frames or room, room), np.random.default_rng(sampling.seed))
-        prompt.write(self.tables, self.prefill_rows, self.track[slot])
+        capacity = room - 1  # track rows the member can read before its KV room is used up
+        prompt.write(self.tables, self.prefill_rows, self.track[slot, :capacity])
+        m.track_len, m.text_truncated = min(prompt.track_len, capacity), prompt.track_len > capacity
+        m.text_final, m.text_tokens = streamed is None or streamed.final, prompt.text_tokens
         self.seen[slot] = 0
         self.repetition_penalty[slot] = sampling.repetition_penalty
         self.temperature[slot], self.top_k[slot], self.top_p[slot] = sampling.temperature, sampling.top_k, sampling.top_p
@@ -195,6 +219,26 @@ class TalkerStage:
             binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
             binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)
         return self.prefill_engine.plan(binds)
+
+    def extend_text(self, m: Member, ids: list[int], final: bool) -> None:
+        """A stream's newly committed ids onto the member's track (and its end row when `final`)."""
+        capacity = self.artifact.max_seq - m.prompt.prefill_len
+        n = max(0, min(len(ids), capacity - m.track_len))
+        for i in range(n):
+            self.track[m.slot, m.track_len + i] = self.text_table[ids[i]]
+        m.track_len += n
+        m.text_tokens += len(ids)
+        m.text_truncated = m.text_truncated or n < len(ids)
+        if final:
+            if m.track_len < capacity:
+                self.track[m.slot, m.track_len] = self.text_end
+                m.track_len += 1
+            m.text_final = True
+
+    def ready(self, m: Member) -> bool:
+        """Whether the member's next step has its text row (a stream waits for text; it never reads
+        the pad row early)."""
+        return m.text_final or m.frames < m.track_len or m.frames + 1 >= m.max_frames
 
     # ---------------------------------------------------------------------------------- the step
 
@@ -251,7 +295,7 @@ class TalkerStage:
     def _feed(self, m: Member) -> None:
         """Next talker input: the frame's codec sum + the text-track row of this step (or the pad row)."""
         k = m.frames - 1
-        text = self.track[m.slot, k] if k < m.prompt.track_len else self.pad_row
+        text = self.track[m.slot, k] if k < m.track_len else self.pad_row
         np.add(self.codec_sum[m.slot], text, out=self.inputs_embeds[m.slot])
         self.positions[m.slot] = m.position
         self.allow_eos[m.slot] = m.decisions >= EOS_BLOCKED_DECISIONS
@@ -293,6 +337,6 @@ class TalkerStage:
     def diagnostics(self, m: Member) -> dict:
         return {
             "stage": "talker", "frames": m.frames, "stopped": m.outcome.value,
-            "prefill_rows": m.prompt.prefill_len, "text_tokens": m.prompt.text_tokens,
+            "prefill_rows": m.prompt.prefill_len, "text_tokens": m.text_tokens,
             "max_frames": m.max_frames, "prefill_ms": round(m.prefill_ms, 3), "step_ms": round(m.step_ms, 3),
         }

@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.artifact import ArtifactError, load_artifact
+from edged.client import Client
 from edged.core import Core
 from edged.request import Sampling, SpeechRequest
 
@@ -290,3 +292,24 @@ class BareLoop:
             if not np.array_equal(self.pcm[slot, : num_frames * spf], r.pcm):
                 return f"pcm differs from edged by {np.abs(self.pcm[slot, : num_frames * spf] - r.pcm).max():.2e}"
         return "= edged"
+
+
+# ------------------------------------------------------------------------------------ the daemon
+
+
+def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subprocess.Popen, str]:
+    endpoint = f"ipc://{tmp / 'edged.sock'}"
+    (tmp / "edged.toml").write_text(f"[daemon]\nthreads = {threads}\nqueue_limit = 16\n")
+    cmd = [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", endpoint]
+    if artifact:
+        cmd += ["--artifact", artifact]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            with Client(endpoint, timeout_s=0.5) as client:
+                client.status()
+            return proc, endpoint
+        except TimeoutError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((tmp / "daemon.log").read_text()) from None

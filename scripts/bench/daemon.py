@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import LANGUAGE, SPEAKER, TEXTS, BareLoop, Run, machine, requests
+from common import LANGUAGE, SPEAKER, TEXTS, BareLoop, Run, machine, requests, start_daemon
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -33,24 +32,6 @@ from edged.client import Client
 from edged.core import Core
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "repetition_penalty": 1.0, "cp_temperature": 0.0, "cp_top_k": 0}
-
-
-def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subprocess.Popen, str]:
-    endpoint = f"ipc://{tmp / 'edged.sock'}"
-    (tmp / "edged.toml").write_text(f"[daemon]\nthreads = {threads}\nqueue_limit = 16\n")
-    cmd = [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", endpoint]
-    if artifact:
-        cmd += ["--artifact", artifact]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with Client(endpoint, timeout_s=0.5) as client:
-                client.status()
-            return proc, endpoint
-        except TimeoutError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp / "daemon.log").read_text()) from None
 
 
 def run_daemon(endpoint: str, batch: int, frames: int) -> Run:

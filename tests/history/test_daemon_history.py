@@ -54,6 +54,31 @@ def test_turns_keep_their_order_and_acks_give_the_heard_prefix(daemon):
                      {"role": "user", "content": "Stop."}]
 
 
+def test_a_streamed_reply_keeps_everything_received_as_its_text(daemon):
+    """Streamed text: the turn's original text is every piece received, not the speak's first one;
+    acks and the heard prefix work on it as on whole text."""
+    pieces = ["Hel", "lo there, this", " is a test of", " the history, and it", " goes on for a while."]
+    assert "".join(pieces) == TEXT
+    with Client(daemon.endpoint) as client:
+        utt = client.speak(pieces[0], more_text=True, session="s", play=False, stream=True, max_audio_ms=8000)
+        for piece in pieces[1:]:
+            utt.feed(piece)
+        utt.end()
+        assert utt.wait().reason == "length"
+        client.ack(utt.id, 1700, final=True)
+        cut = client.history("s", wait=True)
+        again = client.speak(pieces[0], more_text=True, session="s2", play=False, stream=True, max_audio_ms=8000)
+        for piece in pieces[1:]:
+            again.feed(piece)
+        again.end()
+        again.wait()
+        client.ack(again.id, 6000, final=True)
+        long = client.history("s2", wait=True)
+    assert cut == [{"role": "assistant", "content": expected_prefix(TEXT, 1700), "interrupted": True,
+                    "response_id": utt.id}]
+    assert long[0]["content"] == expected_prefix(TEXT, 6000) and len(long[0]["content"]) > len(pieces[0]) + 20
+
+
 def test_a_stricter_final_ack_shortens_the_prefix(daemon):
     with Client(daemon.endpoint) as client:
         utt = client.speak(TEXT, session="c", play=False, stream=True, max_audio_ms=4000)

@@ -74,10 +74,10 @@ def test_a_failing_prepare_fails_that_request_only(builtin_artifact, backend, mo
     loop, replies = make_loop(builtin_artifact, backend)
     real = loop.core.prepare
 
-    def prepare(request, slot):
+    def prepare(request, slot, streamed=None):
         if request.id == "boom":
             raise RuntimeError("injected failure")
-        return real(request, slot)
+        return real(request, slot, streamed)
 
     monkeypatch.setattr(loop.core, "prepare", prepare)
     loop.inbox.put(Submit(b"c", SpeechRequest("ok", "Fine.", max_frames=4), play=False))

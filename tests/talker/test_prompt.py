@@ -49,7 +49,7 @@ def test_rows_given_as_vectors_speak_like_their_lookups(builtin_artifact, backen
     request = SpeechRequest("v", "A voice given as vectors.", voice="ryan", language="english",
                             sampling=Sampling.greedy(), max_frames=30)
     frames = []
-    for plan in (layout.plan, lambda r: as_vectors(layout.plan(r))):
+    for plan in (layout.plan, lambda r, streamed=None: as_vectors(layout.plan(r, streamed))):
         core.talker.layout = type("Layout", (), {"plan": staticmethod(plan)})()
         member = core.prepare(request, 0)
         while member.outcome.value == "running":

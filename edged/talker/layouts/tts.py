@@ -17,7 +17,10 @@ table) and E(c) the talker's codec embedding (`codec_embedding`):
     or, the dual-track layout:
         P(t0) + E(codec_bos); text track: P(t1 .. t_last), tts_eos, then tts_pad
 
-Dialect voices force their dialect's language id when the language is chinese or auto.
+Dialect voices force their dialect's language id when the language is chinese or auto. Streamed
+text (`more_text`) uses the dual-track layout; its ids come from a `TextStream` over the same
+template, so they are the ids of the whole text, and the track grows as they are committed
+(tts_eos once the text is final).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from __future__ import annotations
 from edged.artifact.manifest import Manifest
 from edged.request import SpeechRequest
 from edged.talker.prompt import Block, Lookup, Prompt, PromptError
-from edged.talker.text import TextEncoder
+from edged.talker.text import Streamed, TextEncoder, TextStream
 
 TEXT, CODEC = "text_projected", "codec_embedding"
 ROLE_ROWS = 3  # <|im_start|>, assistant, \n
 TAIL_TOKENS = 5  # <|im_end|>, \n, <|im_start|>, assistant, \n: tokenized, never fed
+ASSISTANT = "<|im_start|>assistant\n"
 
 
 class TtsLayout:
@@ -38,34 +42,47 @@ class TtsLayout:
         self.text = text
         self.sp = manifest.special
 
-    def plan(self, req: SpeechRequest) -> Prompt:
-        """Tokenize and choose the codec rows; every reason to refuse the request is raised here."""
-        m, sp = self.manifest, self.sp
-        if not req.text or not req.text.strip():
-            raise PromptError("text is empty")
-        if req.instruct and not m.supports_instruct:
-            raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
+    def text_stream(self) -> TextStream:
+        """Incremental tokenization of streamed text, in this layout's template."""
+        return TextStream(self.text, ASSISTANT, ROLE_ROWS)
+
+    def check(self, req: SpeechRequest) -> None:
+        """Every reason to refuse a request but its text (voice, language, instruct)."""
+        self._codec_ids(req)
+
+    def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
+        """Tokenize (or take a stream's committed ids) and choose the codec rows; every reason to
+        refuse the request is raised here."""
+        sp = self.sp
         codec = self._codec_ids(req)
-        ids = self.text.ids(f"<|im_start|>assistant\n{req.text}<|im_end|>\n<|im_start|>assistant\n")
-        text = tuple(ids[ROLE_ROWS:-TAIL_TOKENS])
+        final = streamed is None or streamed.final
+        if streamed is None:
+            if not req.text or not req.text.strip():
+                raise PromptError("text is empty")
+            ids = self.text.ids(f"{ASSISTANT}{req.text}<|im_end|>\n{ASSISTANT}")
+            role, text = ids[:ROLE_ROWS], tuple(ids[ROLE_ROWS:-TAIL_TOKENS])
+        else:
+            role, text = list(streamed.head), streamed.ids
         if not text:
             raise PromptError("text is empty after tokenization")
         prefill = []
         if req.instruct:
             prefill.append(_text(self.text.ids(f"<|im_start|>user\n{req.instruct}<|im_end|>\n")))
-        prefill.append(_text(ids[:ROLE_ROWS]))
+        prefill.append(_text(role))
         pads = (sp["tts_pad"],) * (len(codec) - 2) + (sp["tts_bos"],)
         prefill.append(Block((Lookup(TEXT, pads), Lookup(CODEC, codec[:-1]))))
-        if req.dual_track:
+        if req.dual_track or req.more_text:
             prefill.append(Block((Lookup(TEXT, text[:1]), Lookup(CODEC, (sp["codec_bos"],)))))
-            track = (_text(text[1:] + (sp["tts_eos"],)),)
-            return Prompt(tuple(prefill), track, text_tokens=len(text))
+            rest = text[1:] + ((sp["tts_eos"],) if final else ())
+            return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text))
         prefill += [Block((Lookup(TEXT, text + (sp["tts_eos"],)), Lookup(CODEC, (sp["codec_pad"],) * (len(text) + 1)))),
                     Block((Lookup(TEXT, (sp["tts_pad"],)), Lookup(CODEC, (sp["codec_bos"],))))]
         return Prompt(tuple(prefill), text_tokens=len(text))
 
     def _codec_ids(self, req: SpeechRequest) -> tuple[int, ...]:
         m, sp = self.manifest, self.sp
+        if req.instruct and not m.supports_instruct:
+            raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
         voice = None
         if req.voice:
             voice = m.speakers.get(req.voice.lower())

@@ -42,6 +42,21 @@ def steady_peak(frame) -> int:
     return worst
 
 
+def traced(frame, warm_up: int = 20) -> tuple[int, int]:
+    """Warm up, then trace STEADY_FRAMES frames: (growth, the worst per-frame peak)."""
+    for _ in range(warm_up):  # first windows, text track running out, caches of the engines
+        frame()
+    tracemalloc.start()
+    try:
+        for _ in range(5):  # traced warm-up: per-member counters now live in traced objects
+            frame()
+        before = tracemalloc.take_snapshot()
+        peak = steady_peak(frame)
+        return growth(before, tracemalloc.take_snapshot()), peak
+    finally:
+        tracemalloc.stop()
+
+
 def test_step_path_does_not_allocate(builtin_artifact, backend):
     core = Core(load_artifact(builtin_artifact), backend)
     core.preallocate()
@@ -57,17 +72,7 @@ def test_step_path_does_not_allocate(builtin_artifact, backend):
     def frame() -> None:
         core.step(members if members[0].frames % 4 else paused)
 
-    for _ in range(20):  # warm up: first windows, text track running out, caches of the engines
-        frame()
-    tracemalloc.start()
-    try:
-        for _ in range(5):  # traced warm-up: per-member counters now live in traced objects
-            frame()
-        before = tracemalloc.take_snapshot()
-        peak = steady_peak(frame)
-        grown = growth(before, tracemalloc.take_snapshot())
-    finally:
-        tracemalloc.stop()
+    grown, peak = traced(frame)
     assert members[0].frames == 25 + STEADY_FRAMES and members[1].frames < members[0].frames
     print(f"growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
@@ -92,17 +97,7 @@ def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, back
         request = SpeechRequest(f"r{i}", "A member of the cohort, recorded for calibration.", sampling=Sampling.greedy(),
                                 max_frames=400)
         loop.inbox.put(Submit(b"c", request, play=False, session="s", stream=i % 2 == 0, format=("f32le", "s16le")[i // 2]))
-    for _ in range(30):  # joins, first windows
-        loop.iteration()
-    tracemalloc.start()
-    try:
-        for _ in range(5):
-            loop.iteration()
-        before = tracemalloc.take_snapshot()
-        peak = steady_peak(loop.iteration)
-        grown = growth(before, tracemalloc.take_snapshot())
-    finally:
-        tracemalloc.stop()
+    grown, peak = traced(loop.iteration, warm_up=30)  # joins, first windows
     assert loop.counters.steps == 35 + STEADY_FRAMES and len(loop.scheduler.running) == artifact.max_batch
     assert all(n > 0 for n in recorder.samples)
     print(f"loop: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
@@ -136,17 +131,7 @@ def test_a_streaming_member_that_waits_and_resumes_does_not_allocate(builtin_art
         state["waited"] += len(ready) < len(members)
         core.step(ready)
 
-    for _ in range(20):
-        frame()
-    tracemalloc.start()
-    try:
-        for _ in range(5):
-            frame()
-        before = tracemalloc.take_snapshot()
-        peak = steady_peak(frame)
-        grown = growth(before, tracemalloc.take_snapshot())
-    finally:
-        tracemalloc.stop()
+    grown, peak = traced(frame)
     assert streaming.frames < others[0].frames == 25 + STEADY_FRAMES and state["waited"] > 50
     assert streaming.frames >= state["fed"] - 3  # it resumed every time a token came
     print(f"streaming: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")

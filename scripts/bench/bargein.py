@@ -20,16 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, start_jack
+
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "audio")]
 
 VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]
@@ -41,14 +42,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=8)
     args = p.parse_args()
-    name = f"edged-bench-{uuid.uuid4().hex[:6]}"
-    os.environ.update(JACK_DEFAULT_SERVER=name, JACK_NO_AUDIO_RESERVATION="1", JACK_NO_START_SERVER="1")
-    from support import jackd as jack_servers
+    jackd = start_jack("edged-bench")
+    name = os.environ["JACK_DEFAULT_SERVER"]
     from support.daemon import Daemon
-
-    jack_servers.clear_stale_state()
-    jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
     from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, espeak, heard, reply_start
 
     from edged.client import Client

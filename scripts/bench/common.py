@@ -313,3 +313,17 @@ def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subproc
         except TimeoutError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((tmp / "daemon.log").read_text()) from None
+
+
+def start_jack(prefix: str) -> subprocess.Popen:
+    """A JACK server on the dummy backend (24 kHz, 256-frame periods) under a fresh name, which the
+    daemon's PortAudio and the tests' JACK clients then use (JACK_DEFAULT_SERVER)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support import jackd as jack_servers
+
+    name = f"{prefix}-{os.urandom(3).hex()}"
+    os.environ.update(JACK_DEFAULT_SERVER=name, JACK_NO_AUDIO_RESERVATION="1", JACK_NO_START_SERVER="1")
+    jack_servers.clear_stale_state()
+    jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    return jackd

@@ -31,19 +31,16 @@ of a stream cannot come before the piece after the first word.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine
+from common import ROOT, machine, start_jack
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -142,14 +139,9 @@ def main() -> int:
     p.add_argument("--rates", type=float, nargs="+", default=[5.0, 15.0, 50.0], help="text pieces per second")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    name = f"edged-stream-{uuid.uuid4().hex[:6]}"
-    os.environ.update(JACK_DEFAULT_SERVER=name, JACK_NO_AUDIO_RESERVATION="1", JACK_NO_START_SERVER="1")
-    from support import jackd as jack_servers
+    jackd = start_jack("edged-stream")
     from support.daemon import Daemon
 
-    jack_servers.clear_stale_state()
-    jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
     from edged.client import Client
 
     print("\n".join(machine()), flush=True)

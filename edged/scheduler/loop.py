@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from edged.core import Core
 from edged.scheduler.commands import Cancel, Command, Drain, MoreText, PlaybackEnded, StatusQuery, Submit
@@ -38,7 +38,8 @@ log = logging.getLogger("edged.loop")
 IDLE_WAIT_S = 0.5
 """Longest wait for a command when nothing runs (the watchdog still hears from the loop)."""
 PAUSED_WAIT_S = 0.005
-"""Wait while every member is paused on a full speaker buffer: about half an audio period."""
+"""Wait while every member is paused (a full speaker buffer, or no text yet): about half an audio
+period (the speaker drains its buffers without telling the loop)."""
 
 
 class CohortLoop:
@@ -63,7 +64,7 @@ class CohortLoop:
         self.started = time.monotonic()
         self.text_timeout_s = text_timeout_s
         self.texts = TextWorker(self.inbox)
-        self.streams: dict = {}
+        self.streams: dict[Hashable, Entry] = {}
         """Streamed requests whose text is still open (key -> entry), for the text timeout."""
 
     def close(self) -> None:

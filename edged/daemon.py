@@ -64,6 +64,8 @@ class Daemon:
                 self.speaker.close()
             self.events.close()
             self.watchdog.stop()
+            self.backend.close()  # engines and buffers, then (TensorRT) the CUDA context
+            log.info("closed the %s backend", self.backend.name)
         log.info("stopped")
         return 0
 
@@ -73,8 +75,9 @@ class Daemon:
         cfg = self.config
         t0 = time.monotonic()
         artifact = load_artifact(cfg.daemon.artifact or None)
-        core = Core(artifact, make_backend(cfg.daemon.backend, cfg.daemon.threads),
-                    chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames)
+        self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads)
+        core = Core(artifact, self.backend, chunk_frames=cfg.vocoder.chunk_frames,
+                    first_chunk_frames=cfg.vocoder.first_chunk_frames)
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint)
         self.speaker = self._speaker(artifact)

@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("plans", help="build TensorRT plans beside an artifact's ONNX graphs (on the device)")
     p.add_argument("artifact", type=Path)
     p.add_argument("--fp16", action="store_true")
-    p.add_argument("--window", type=int, default=None,
-                   help="largest vocoder window in frames (>= the daemon's chunk_frames and first_chunk_frames)")
+    p.add_argument("--chunk-frames", type=int, default=4, help="the daemon's vocoder.chunk_frames")
+    p.add_argument("--first-chunk-frames", type=int, default=1, help="the daemon's vocoder.first_chunk_frames")
+    p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace limit")
     p.set_defaults(run=_plans)
 
     args = parser.parse_args(argv)
@@ -82,9 +83,11 @@ def _builtin(args: argparse.Namespace) -> int:
 
 
 def _plans(args: argparse.Namespace) -> int:
-    from engines.tensorrt import DEFAULT_WINDOW, build_plans
+    from engines.tensorrt import build_plans
 
-    for plan in build_plans(args.artifact, window=args.window or DEFAULT_WINDOW, fp16=args.fp16):
+    plans = build_plans(args.artifact, chunk_frames=args.chunk_frames, first_chunk_frames=args.first_chunk_frames,
+                        fp16=args.fp16, workspace=args.workspace_mib << 20)
+    for plan in plans:
         print(f"{plan.name}: {plan.stat().st_size} bytes")
     return 0
 

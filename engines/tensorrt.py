@@ -1,18 +1,23 @@
 """TensorRT plans for an artifact, built on the device (Jetson, TensorRT 10): `edged-engines plans`.
 
-Writes `<graph>.plan` beside each `<graph>.onnx`, one optimization profile per graph spanning what
-the runtime binds: batch 1..max_batch (decode, code predictor, vocoder state rows), prefill length
-1..max_seq, vocoder window 1..`window` frames (at least the daemon's largest window,
-max(vocoder.chunk_frames, vocoder.first_chunk_frames)). Which axis of which input is dynamic, and
-in what role, is the explicit table `DYNAMIC`; an input with a dynamic axis the table does not name
-is an error, so a contract change cannot build a plan that the runtime's bindings fall outside of.
-Only `build` needs TensorRT; the profiles are computed (and tested) without it.
+Writes `<graph>.plan` beside each `<graph>.onnx`, stamped with the TensorRT version and the ONNX
+graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), one optimization
+profile per graph spanning what the runtime binds: batch 1..max_batch with opt 1 (decode, code
+predictor, vocoder), prefill length 1..max_seq, vocoder window 1..max(chunk_frames,
+first_chunk_frames) with opt chunk_frames (pass the daemon's `[vocoder]` values). Which axis of
+which input is dynamic, and in what role, is the explicit table `DYNAMIC`; an input with a dynamic
+axis the table does not name is an error, so a contract change cannot build a plan that the
+runtime's bindings fall outside of. The builder's workspace is capped (default 1 GiB, for an 8 GB
+Orin) and TF32 is off, so fp32 plans match ONNX Runtime. Only `build` needs TensorRT; the profiles
+are computed (and tested) without it.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from edged.backends.plan_file import write_plan
 
 ANY = "*"
 DYNAMIC: dict[str, dict[str, dict[int, str]]] = {
@@ -22,16 +27,19 @@ DYNAMIC: dict[str, dict[str, dict[int, str]]] = {
     "vocoder": {"codes": {0: "B", 2: "F"}, ANY: {0: "B"}},
 }
 """graph role -> input name (or ANY) -> {axis: role}: B batch, T prefill length, F vocoder frames."""
-DEFAULT_WINDOW = 16
+WORKSPACE = 1 << 30
+"""Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
 
 
-def sizes(limits: dict, window: int) -> dict[str, tuple[int, int, int]]:
+def sizes(limits: dict, chunk_frames: int = 4, first_chunk_frames: int = 1) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per axis role."""
     b, s = limits["max_batch"], limits["max_seq"]
-    return {"B": (1, b, b), "T": (1, min(64, s), s), "F": (1, window, window)}
+    window = max(chunk_frames, first_chunk_frames)
+    return {"B": (1, 1, b), "T": (1, min(64, s), s), "F": (1, chunk_frames, window)}
 
 
-def profile(role: str, name: str, shape: list[int], limits: dict, window: int) -> tuple[list[int], list[int], list[int]] | None:
+def profile(role: str, name: str, shape: list[int], sizes_by_role: dict[str, tuple[int, int, int]],
+            ) -> tuple[list[int], list[int], list[int]] | None:
     """(min, opt, max) shapes of one input of a graph; None when it has no dynamic axis."""
     if all(d >= 0 for d in shape):
         return None
@@ -39,7 +47,7 @@ def profile(role: str, name: str, shape: list[int], limits: dict, window: int) -
     if table is None:
         raise ValueError(f"{role}: engines/tensorrt.py DYNAMIC has no entry for this graph")
     axes = table.get(name, table.get(ANY, {}))
-    by_role = sizes(limits, window)
+    by_role = sizes_by_role
     lo, opt, hi = [], [], []
     for axis, d in enumerate(shape):
         if d >= 0:
@@ -52,7 +60,8 @@ def profile(role: str, name: str, shape: list[int], limits: dict, window: int) -
     return lo, opt, hi
 
 
-def build(onnx_path: Path, role: str, limits: dict, window: int, fp16: bool) -> bytes:
+def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, int]], fp16: bool,
+          workspace: int = WORKSPACE) -> bytes:
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.WARNING)
@@ -63,12 +72,14 @@ def build(onnx_path: Path, role: str, limits: dict, window: int, fp16: bool) -> 
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise SystemExit(f"{onnx_path.name}: ONNX parse failed: {errors}")
     config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+    config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32: plans match ONNX Runtime
     if fp16:
         config.set_flag(trt.BuilderFlag.FP16)
     optimization = builder.create_optimization_profile()
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
-        shapes = profile(role, tensor.name, list(tensor.shape), limits, window)
+        shapes = profile(role, tensor.name, list(tensor.shape), sizes_by_role)
         if shapes is not None:
             optimization.set_shape(tensor.name, *shapes)
     config.add_optimization_profile(optimization)
@@ -78,13 +89,18 @@ def build(onnx_path: Path, role: str, limits: dict, window: int, fp16: bool) -> 
     return bytes(plan)
 
 
-def build_plans(artifact: Path, *, window: int = DEFAULT_WINDOW, fp16: bool = False) -> list[Path]:
-    """Build a plan for every graph of the artifact; returns their paths."""
+def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1, fp16: bool = False,
+                workspace: int = WORKSPACE) -> list[Path]:
+    """Build a stamped plan for every graph of the artifact; returns their paths."""
+    import tensorrt as trt
+
     manifest = json.loads((artifact / "artifact.json").read_text())
+    by_role = sizes(manifest["limits"], chunk_frames, first_chunk_frames)
     written = []
     for role in manifest["tensors"]:
         onnx_path = artifact / manifest["files"][role]
-        plan = build(onnx_path, role, manifest["limits"], window, fp16)
-        onnx_path.with_suffix(".plan").write_bytes(plan)
-        written.append(onnx_path.with_suffix(".plan"))
+        plan = onnx_path.with_suffix(".plan")
+        write_plan(plan, build(onnx_path, role, by_role, fp16, workspace), trt.__version__, onnx_path,
+                   fp16=fp16, profile=by_role)
+        written.append(plan)
     return written

@@ -7,6 +7,13 @@ every input and output by name to those buffers; the step path only calls `plan.
 ONNX Runtime implements a plan as an IOBinding over host buffers; TensorRT as an execution
 context's tensor addresses and input shapes over mapped (zero-copy) pinned buffers. Callers never
 see the difference.
+
+Every bound buffer starts on a 256-byte boundary (TensorRT 10 refuses other tensor addresses):
+`Backend.empty` returns aligned allocations, and callers bind whole allocations or views whose
+offset keeps the alignment (a per-slot row is bound only when its stride is a multiple of 256
+bytes; otherwise each slot gets an allocation of its own). `Engine.plan` checks it for every
+backend, so a misaligned view fails at boot, named. `Backend.close()` releases engines and buffers
+in order (TensorRT: and pops the CUDA context); it is idempotent.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+ALIGNMENT = 256
+"""Bytes every bound tensor address is a multiple of (TensorRT 10's requirement)."""
 
 
 class EngineError(RuntimeError):
@@ -32,6 +42,9 @@ class TensorSpec:
 
 class Plan(ABC):
     """One bound invocation of an engine; `run()` is the only call on the step path."""
+
+    bindings: Mapping[str, np.ndarray]
+    """The buffers it is bound to, by tensor name."""
 
     @abstractmethod
     def run(self) -> None: ...
@@ -64,13 +77,18 @@ class Engine(ABC):
         for name, buf in bindings.items():
             spec = self.inputs.get(name) or self.outputs[name]
             self._check(spec, buf)
-        return self._plan(bindings)
+        plan = self._plan(bindings)
+        plan.bindings = dict(bindings)
+        return plan
 
     def _check(self, spec: TensorSpec, buf: np.ndarray) -> None:
         if buf.dtype != spec.dtype:
             raise EngineError(f"{self.name}: tensor {spec.name} is {spec.dtype}, buffer is {buf.dtype}")
         if not buf.flags.c_contiguous:
             raise EngineError(f"{self.name}: buffer for {spec.name} is not contiguous")
+        if buf.ctypes.data % ALIGNMENT:
+            raise EngineError(f"{self.name}: buffer for {spec.name} starts at an address that is not a multiple of "
+                              f"{ALIGNMENT} bytes")
         if len(buf.shape) != len(spec.shape) or any(
                 want is not None and want != got for want, got in zip(spec.shape, buf.shape)):
             raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
@@ -87,7 +105,21 @@ class Backend(ABC):
 
     @abstractmethod
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A zeroed buffer that this backend's engines can bind (host, pinned or mapped)."""
+        """A zeroed buffer that this backend's engines can bind (host, pinned or mapped), starting on
+        an ALIGNMENT boundary."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every engine and buffer, in order; idempotent. Nothing may run afterwards."""
+
+
+def aligned_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A zeroed host array whose data starts on an ALIGNMENT boundary."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % ALIGNMENT
+    return raw[offset:offset + size].view(dtype).reshape(shape)
 
 
 def _fmt(shape: tuple[int | None, ...]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec
+from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec, aligned_zeros
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
            "tensor(float16)": np.float16, "tensor(int32)": np.int32}
@@ -42,6 +42,7 @@ class OrtBackend(Backend):
 
     def __init__(self, threads: int = 0):
         self.threads = threads
+        self.engines: list[OrtEngine] = []
 
     def load(self, path: Path) -> Engine:
         opts = ort.SessionOptions()
@@ -56,10 +57,16 @@ class OrtBackend(Backend):
             session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types for unreadable graphs
             raise EngineError(f"{path.name}: cannot be loaded by ONNX Runtime ({exc})") from exc
-        return OrtEngine(path, session)
+        engine = OrtEngine(path, session)
+        self.engines.append(engine)
+        return engine
 
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+        return aligned_zeros(shape, dtype)
+
+    def close(self) -> None:
+        """Forget every session; ONNX Runtime frees each with its last reference (its plans')."""
+        self.engines.clear()
 
 
 def _spec(path: Path, node) -> TensorSpec:

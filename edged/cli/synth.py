@@ -43,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
         request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
                                 instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
                                 max_frames=args.max_frames)
-        synth = Synthesizer(artifact, make_backend(args.backend, args.threads))
-        result = synth.synthesize([request])[0]
+        backend = make_backend(args.backend, args.threads)
+        try:
+            result = Synthesizer(artifact, backend).synthesize([request])[0]
+        finally:
+            backend.close()
     except (ArtifactError, EngineError, RequestError, SamplingError) as exc:
         print(f"edged synth: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -7,6 +7,10 @@ sampling the next code 0. Sampling runs inside the graphs; only codes cross to t
 buffer is claimed in `preallocate()`, each with the dtype its graph declares; the step path runs
 bound plans and copies rows. The family (`edged.families`) supplies the prompt layout and the
 special ids; nothing here names a family.
+
+Every bound view starts on a 256-byte boundary: batched plans bind rows 0..n-1 from the start of
+each buffer, and the prefill (one request in any slot) binds buffers of its own, whose results are
+copied into the slot's rows.
 """
 
 from __future__ import annotations
@@ -109,6 +113,9 @@ class TalkerStage:
         self.codes = e((b, g - 1), cp("codes"))
         self.codec_sum = e((b, h), cp("codec_sum"))
         self.held_hidden, self.held_code0 = np.zeros_like(self.hidden), np.zeros_like(self.code0)
+        self.prefill_io = {name: e((1, *self.decode_buffers[name].shape[1:]), pre(name))
+                           for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
+                                        "noise", "hidden", "code0")}
         self.stepping = np.zeros(b, dtype=bool)
         self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
         self.cp_plans = [self._cp_plan(n) for n in range(1, b + 1)]
@@ -117,22 +124,23 @@ class TalkerStage:
         io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
-                                    self.cp_noise, self.codes, self.codec_sum, self.held_hidden, self.held_code0))
+                                    self.cp_noise, self.codes, self.codec_sum, self.held_hidden, self.held_code0,
+                                    *self.prefill_io.values()))
         text = self.prefill_rows.nbytes + self.track.nbytes
         self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io}
         return self.claimed
 
-    def _code0_bindings(self, rows: slice) -> dict[str, np.ndarray]:
-        """The code-0 sampling inputs and the hidden/code0 outputs, shared by prefill and decode."""
-        return {"seen": self.seen[rows], "repetition_penalty": self.repetition_penalty[rows],
-                "allow_eos": self.allow_eos[rows], "temperature": self.temperature[rows],
-                "top_k": self.top_k[rows], "top_p": self.top_p[rows], "noise": self.noise[rows],
-                "hidden": self.hidden[rows], "code0": self.code0[rows]}
+    @property
+    def decode_buffers(self) -> dict[str, np.ndarray]:
+        """The code-0 sampling inputs and the hidden/code0 outputs of the batched decode."""
+        return {"seen": self.seen, "repetition_penalty": self.repetition_penalty, "allow_eos": self.allow_eos,
+                "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "noise": self.noise,
+                "hidden": self.hidden, "code0": self.code0}
 
     def _decode_plan(self, n: int) -> Plan:
         rows = slice(0, n)
         binds = {"inputs_embeds": self.inputs_embeds[rows], "positions": self.positions[rows],
-                 **self._code0_bindings(rows)}
+                 **{name: buf[rows] for name, buf in self.decode_buffers.items()}}
         for i in range(self.artifact.dims.layers):
             binds |= {f"past_keys_{i}": self.keys[i][rows], f"past_values_{i}": self.values[i][rows],
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
@@ -204,17 +212,24 @@ class TalkerStage:
         return m
 
     def prefill(self, slot: int, t: int) -> None:
-        """Run the prefill over prefill_rows[:t] into `slot`: its KV rows, hidden and code 0."""
-        self._prefill_plan(t, slot).run()
+        """Run the prefill over prefill_rows[:t] with the slot's sampling inputs: the slot's KV rows,
+        hidden and code 0. (The prefill binds buffers of its own: a slot's row of a per-slot scalar is
+        not 256-byte aligned.)"""
+        io = self.prefill_io
+        for name, buf in self.decode_buffers.items():
+            if name not in ("hidden", "code0"):
+                io[name][0] = buf[slot]
+        self._prefill_plan(t).run()
+        self.hidden[slot] = io["hidden"][0]
+        self.code0[slot] = io["code0"][0]
         d = self.artifact.dims
         for i in range(d.layers):
             self.keys[i][slot, :, :, :t] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(d.kv_heads, d.head_dim, t)
             self.values[i][slot, :, :t] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(d.kv_heads, t, d.head_dim)
 
-    def _prefill_plan(self, t: int, slot: int) -> Plan:
+    def _prefill_plan(self, t: int) -> Plan:
         d = self.artifact.dims
-        rows = slice(slot, slot + 1)
-        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), **self._code0_bindings(rows)}
+        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), **self.prefill_io}
         for i in range(d.layers):
             binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
             binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)

@@ -3,8 +3,9 @@
 The vocoder graph is stateful (docs/artifact.md): each call decodes only the new frames and
 carries the decoder's state (attention history, causal-conv tails) to the next call, so streamed
 PCM equals a whole-utterance decode. Each member slot owns two state buffers that the plans
-ping-pong between (one is read while the other is written) and its own PCM buffer; one plan per
-(slot, side, window length) is bound at boot, so a window is a copy and a run.
+ping-pong between (one is read while the other is written), its own start and PCM buffers, each an
+allocation of its own (so every bound address is 256-byte aligned, whatever the state's size);
+one plan per (slot, side, window length) is bound at boot, so a window is a copy and a run.
 
 A window is `first_chunk_frames` new frames at the start of a stream, then `chunk_frames`, and the
 rest once the talker has closed the slot. With one new frame per step, at most one window per slot
@@ -56,23 +57,24 @@ class VocoderStage:
         b, g, spf, w = a.max_batch, a.dims.code_groups, a.samples_per_frame, self.window_frames
         e = self.backend.empty
         self.codes = e((g * w,), dt("codes"))
-        self.pcm = e((b, w * spf), dt("pcm"))
-        self.start = e((b,), dt("start"))
-        self.states = [[e((b, *s.shape), dt(s.input)) for s in self.state_specs] for _ in range(2)]  # [side][k] -> [B, ...]
+        self.pcm = [e((1, w * spf), dt("pcm")) for _ in range(b)]
+        self.start = [e((1,), dt("start")) for _ in range(b)]
+        # [side][k][slot] -> [1, ...]
+        self.states = [[[e((1, *s.shape), dt(s.input)) for _ in range(b)] for s in self.state_specs] for _ in range(2)]
         self.plans: dict[tuple[int, int, int], Plan] = {
             (slot, side, f): self._plan(slot, side, f) for slot in range(b) for side in (0, 1) for f in range(1, w + 1)}
-        self.views = {(slot, f): self.pcm[slot, : f * spf] for slot in range(b) for f in range(1, w + 1)}
-        state_bytes = sum(x.nbytes for side in self.states for x in side)
-        return {"vocoder_state": state_bytes, "vocoder_window": self.codes.nbytes + self.pcm.nbytes}
+        self.views = {(slot, f): self.pcm[slot][0, : f * spf] for slot in range(b) for f in range(1, w + 1)}
+        state_bytes = sum(x.nbytes for side in self.states for state in side for x in state)
+        return {"vocoder_state": state_bytes,
+                "vocoder_window": self.codes.nbytes + sum(x.nbytes for x in (*self.pcm, *self.start))}
 
     def _plan(self, slot: int, side: int, frames: int) -> Plan:
         g, spf = self.artifact.dims.code_groups, self.artifact.samples_per_frame
-        row = slice(slot, slot + 1)
-        binds = {"codes": self.codes[: g * frames].reshape(1, g, frames), "start": self.start[row],
-                 "pcm": self.pcm[row, : frames * spf]}
+        binds = {"codes": self.codes[: g * frames].reshape(1, g, frames), "start": self.start[slot],
+                 "pcm": self.pcm[slot][:, : frames * spf]}
         for k, spec in enumerate(self.state_specs):
-            binds[spec.input] = self.states[side][k][row]
-            binds[spec.output] = self.states[1 - side][k][row]
+            binds[spec.input] = self.states[side][k][slot]
+            binds[spec.output] = self.states[1 - side][k][slot]
         return self.engine.plan(binds)
 
     # ---------------------------------------------------------------------------------- stage contract
@@ -83,7 +85,7 @@ class VocoderStage:
         self.side[slot] = 0
         self.busy_ms[slot] = 0.0
         for state in self.states[0]:
-            state[slot] = 0
+            state[slot][...] = 0
 
     def decode(self, slot: int) -> Window | None:
         """The slot's next window when it is ready (a full chunk, or the tail once the slot is closed)."""
@@ -103,7 +105,7 @@ class VocoderStage:
         """Decode frames [cursor, cursor + new) of the slot's stream into its PCM buffer, carrying its state."""
         g = self.artifact.dims.code_groups
         np.copyto(self.codes[: g * new].reshape(g, new), self.port.codes[slot, cursor: cursor + new].T)
-        self.start[slot] = cursor
+        self.start[slot][0] = cursor
         side = int(self.side[slot])
         self.plans[(slot, side, new)].run()
         self.side[slot] = 1 - side

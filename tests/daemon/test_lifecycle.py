@@ -2,7 +2,7 @@
 
 1. READY=1 only after boot (preallocation, warm-up and bind), then STATUS= lines
 2. WATCHDOG=1 while serving; the pings stop when the cohort loop stalls
-3. SIGTERM: STOPPING=1, in-flight requests finish (each gets its `done`), exit 0
+3. SIGTERM: STOPPING=1, in-flight requests finish (each gets its `done`), the backend is closed, exit 0
 4. SIGTERM with a short drain deadline: the rest are cancelled, each still gets its `done`, exit 0
 """
 
@@ -49,6 +49,8 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(start_daemon):
     assert daemon.proc.wait(timeout=30) == 0
     daemon.receive(0.5)
     assert "STOPPING=1" in daemon.messages
+    log = daemon.read_log()
+    assert log.index("closed the onnxruntime backend") < log.index("INFO    edged.daemon: stopped")
 
 
 def test_drain_deadline_cancels_the_rest(start_daemon):

@@ -8,7 +8,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 from edged.artifact import load_artifact
-from engines.tensorrt import DEFAULT_WINDOW, profile
+from engines.tensorrt import profile, sizes
 
 
 def inputs(path) -> list[tuple[str, list[int]]]:
@@ -19,11 +19,11 @@ def inputs(path) -> list[tuple[str, list[int]]]:
 
 def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
     a = load_artifact(builtin_artifact)
-    limits = {"max_batch": a.max_batch, "max_seq": a.max_seq}
+    by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, chunk_frames=4, first_chunk_frames=6)
     seen_dynamic = 0
     for role in a.graphs:
         for name, shape in inputs(a.file(role)):
-            shapes = profile(role, name, shape, limits, DEFAULT_WINDOW)
+            shapes = profile(role, name, shape, by_role)
             if shapes is None:
                 assert all(d >= 0 for d in shape)
                 continue
@@ -36,14 +36,15 @@ def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
                 elif role == "talker_prefill":  # one request's prefill: 1..max_seq rows
                     assert (lo[axis], hi[axis]) == (1, a.max_seq), (role, name, axis)
                 elif role == "vocoder" and name == "codes" and axis == 2:  # the window's new frames
-                    assert (lo[axis], hi[axis]) == (1, DEFAULT_WINDOW)
-                else:  # batch rows: the plans bind 1..max_batch
-                    assert axis == 0 and (lo[axis], hi[axis]) == (1, a.max_batch), (role, name, axis)
+                    assert (lo[axis], opt[axis], hi[axis]) == (1, 4, 6)
+                else:  # batch rows: the plans bind 1..max_batch, most often one
+                    assert axis == 0 and (lo[axis], opt[axis], hi[axis]) == (1, 1, a.max_batch), (role, name, axis)
     assert seen_dynamic > 10
 
 
 def test_a_dynamic_axis_without_a_role_is_an_error():
+    by_role = sizes({"max_batch": 4, "max_seq": 64})
     with pytest.raises(ValueError, match="talker_prefill: input inputs_embeds axis 2 is dynamic"):
-        profile("talker_prefill", "inputs_embeds", [1, -1, -1], {"max_batch": 4, "max_seq": 64}, 8)
+        profile("talker_prefill", "inputs_embeds", [1, -1, -1], by_role)
     with pytest.raises(ValueError, match="speaker_encoder: engines/tensorrt.py DYNAMIC has no entry"):
-        profile("speaker_encoder", "pcm", [-1, -1], {"max_batch": 4, "max_seq": 64}, 8)
+        profile("speaker_encoder", "pcm", [-1, -1], by_role)

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""The device acceptance run of the TensorRT backend: one command on a Jetson, one summary table.
+
+    scripts/validate_jetson.sh [--artifact DIR] [--soak-requests N] [--fp16] [--clocks]
+    python scripts/validate_jetson.py --backend onnxruntime     # the same run on ONNX Runtime (CPU): a dry run
+
+In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
+1. environment: TensorRT, CUDA device, jetson_clocks (`--clocks` runs `sudo jetson_clocks` first);
+2. plans: `edged-engines plans` for a copy of the artifact (fp32, TF32 off);
+3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
+   path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
+4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR;
+5. `--fp16`: the same against fp16 plans (a quality table: frames agreement, PCM SNR, max difference of
+   the talker's hidden state);
+6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
+   audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
+7. SIGTERM: the daemon drains, closes the backend (the CUDA context is popped) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edged.artifact import BUILTIN, load_artifact
+from edged.backends import make_backend
+from edged.request import Sampling, SpeechRequest
+from edged.synth import Synthesizer
+
+TEXTS = ["Validating the TensorRT backend on this device.", "The quick brown fox jumps over the lazy dog.",
+         "你好，这是一个测试。", "A fourth sentence, so that the cohort is full."]
+BACKEND_TESTS = ["tests/backends/test_conformance.py", "tests/backends/test_alignment.py", "tests/test_batch.py",
+                 "tests/test_no_alloc.py", "tests/test_vocoder_stream.py"]
+
+
+class Summary:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+
+    def add(self, check: str, ok: bool | None, detail: str) -> None:
+        verdict = "SKIP" if ok is None else "PASS" if ok else "FAIL"
+        self.rows.append((check, verdict, detail))
+        print(f"[{verdict}] {check}: {detail}", flush=True)
+
+    def print(self) -> int:
+        width = max(len(c) for c, _, _ in self.rows)
+        print("\n| check | result | measured |\n|---|---|---|")
+        for check, verdict, detail in self.rows:
+            print(f"| {check:<{width}} | {verdict} | {detail} |")
+        return 1 if any(v == "FAIL" for _, v, _ in self.rows) else 0
+
+
+def environment(backend: str, clocks: bool, summary: Summary) -> None:
+    if clocks and shutil.which("jetson_clocks"):
+        subprocess.run(["sudo", "jetson_clocks"], check=False)
+    shown = subprocess.run(["jetson_clocks", "--show"], capture_output=True, text=True) \
+        if shutil.which("jetson_clocks") else None
+    clock_state = "jetson_clocks: " + ("set" if clocks else "as found") if shown is not None else "not a Jetson"
+    if backend != "tensorrt":
+        summary.add("environment", None, f"backend {backend} (dry run); {clock_state}")
+        return
+    import pycuda.driver as cuda
+    import tensorrt
+
+    cuda.init()
+    summary.add("environment", True, f"TensorRT {tensorrt.__version__}, {cuda.Device(0).name()}; {clock_state}")
+
+
+def plans(artifact: Path, backend: str, fp16: bool, summary: Summary, label: str) -> bool:
+    if backend != "tensorrt":
+        summary.add(label, None, "not needed on " + backend)
+        return True
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "engines.cli", "plans", str(artifact), *(["--fp16"] if fp16 else [])],
+                          capture_output=True, text=True)
+    summary.add(label, done.returncode == 0,
+                f"{time.perf_counter() - t0:.0f} s" if done.returncode == 0 else done.stderr.strip()[-300:])
+    return done.returncode == 0
+
+
+def backend_tests(artifact: Path, backend: str, summary: Summary) -> None:
+    env = {**os.environ, "EDGED_TEST_BACKEND": backend, "EDGED_TEST_ARTIFACT": str(artifact)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *BACKEND_TESTS],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    last = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    summary.add("backend tests", done.returncode == 0, last)
+
+
+def synthesize(artifact: Path, backend_name: str) -> list:
+    backend = make_backend(backend_name)
+    try:
+        requests = [SpeechRequest(f"r{i}", t, sampling=Sampling.greedy(), max_frames=60) for i, t in enumerate(TEXTS)]
+        return Synthesizer(load_artifact(artifact), backend).synthesize(requests)
+    finally:
+        backend.close()
+
+
+def parity(artifact: Path, backend: str, summary: Summary, label: str, reference: list | None = None) -> list:
+    got = synthesize(artifact, backend)
+    reference = reference or synthesize(artifact, "onnxruntime")
+    frames = sum(min(len(a.frames), len(b.frames)) for a, b in zip(reference, got))
+    same = sum(int(np.sum(np.all(a.frames[:len(b.frames)] == b.frames[:len(a.frames)], axis=1)))
+               for a, b in zip(reference, got))
+    errors = [np.abs(a.pcm[:len(b.pcm)] - b.pcm[:len(a.pcm)]).max() for a, b in zip(reference, got)]
+    snr = min(10 * np.log10(np.sum(a.pcm ** 2) / max(np.sum((a.pcm[:len(b.pcm)] - b.pcm[:len(a.pcm)]) ** 2), 1e-30))
+              for a, b in zip(reference, got))
+    exact = label.startswith("fp32")
+    ok = same == frames and max(errors) < 1e-3 if exact else same / frames > 0.9
+    summary.add(label, ok, f"frames equal {same}/{frames}; PCM max error {max(errors):.1e}, SNR >= {snr:.1f} dB")
+    return reference
+
+
+def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
+    from edged.client import Client
+
+    tmp = Path(tempfile.mkdtemp(prefix="edged-validate-"))
+    endpoint = f"ipc://{tmp / 'edged.sock'}"
+    (tmp / "edged.toml").write_text(f'[daemon]\nbackend = "{backend}"\nartifact = "{artifact}"\n'
+                                    '[audio]\ndevice = "none"\ninput_device = "none"\n[events]\nlisten = "none"\n'
+                                    '[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\n')
+    log = open(tmp / "daemon.log", "w")
+    daemon = subprocess.Popen([sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"),
+                               "--listen", endpoint], stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "XDG_STATE_HOME": str(tmp)})
+    memory = Tegrastats()
+    reports: list[dict] = []
+    failures: list[str] = []
+    try:
+        wait_ready(endpoint, daemon, tmp)
+        memory.start()
+
+        def client(i: int) -> None:
+            with Client(endpoint, timeout_s=300) as c:
+                for k in range(requests):
+                    done = c.speak(TEXTS[(i + k) % len(TEXTS)], play=False, stream=True, max_audio_ms=4000).wait()
+                    (reports if done.reason in ("eos", "length") else failures).append(done.report)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        memory.stop()
+        ttfa = sorted(r["first_audio_ms"] for r in reports)
+        frames = sum(r["frames"] for r in reports)
+        talker = sum(r["stages"][0]["step_ms"] for r in reports) / max(frames, 1)
+        vocoder = sum(r["stages"][1]["vocoder_ms"] for r in reports) / max(frames, 1)
+        prefill = statistics.median(r["stages"][0]["prefill_ms"] for r in reports) if reports else 0
+        summary.add("soak", not failures and len(reports) == 4 * requests,
+                    f"{len(reports)}/{4 * requests} done in {wall:.1f} s; TTFA p50 {pct(ttfa, 50):.0f} ms, p95 "
+                    f"{pct(ttfa, 95):.0f} ms; RTF p50 {statistics.median(r['rtf'] for r in reports):.3f}; per frame: "
+                    f"talker {talker:.1f} ms, vocoder {vocoder:.1f} ms; prefill p50 {prefill:.0f} ms; "
+                    f"{memory.describe()}")
+        daemon.send_signal(15)
+        code = daemon.wait(timeout=60)
+        closed = f"closed the {backend} backend" in (tmp / "daemon.log").read_text()
+        summary.add("SIGTERM", code == 0 and closed, f"exit code {code}; backend closed: {closed}")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        log.close()
+
+
+def wait_ready(endpoint: str, daemon: subprocess.Popen, tmp: Path) -> None:
+    from edged.client import Client
+
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise RuntimeError((tmp / "daemon.log").read_text())
+        try:
+            with Client(endpoint, timeout_s=1) as c:
+                c.status()
+            return
+        except TimeoutError:
+            time.sleep(0.5)
+    raise RuntimeError("the daemon did not become ready")
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+class Tegrastats:
+    """Peak RAM from `tegrastats` (Jetson), sampled while the soak runs."""
+
+    def __init__(self) -> None:
+        self.peak_mb = 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not shutil.which("tegrastats"):
+            return
+        self.proc = subprocess.Popen(["tegrastats", "--interval", "200"], stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            match = re.search(r"RAM (\d+)/(\d+)MB", line)
+            if match:
+                self.peak_mb = max(self.peak_mb, int(match.group(1)))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+
+    def describe(self) -> str:
+        return f"peak RAM {self.peak_mb} MB (tegrastats)" if self.proc is not None else "no tegrastats"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="tensorrt", choices=["tensorrt", "onnxruntime"])
+    p.add_argument("--artifact", type=Path, default=BUILTIN)
+    p.add_argument("--soak-requests", type=int, default=25, help="requests per client (4 clients)")
+    p.add_argument("--fp16", action="store_true", help="also build fp16 plans and measure their quality")
+    p.add_argument("--clocks", action="store_true", help="run `sudo jetson_clocks` first (the timings assume it)")
+    args = p.parse_args()
+    summary = Summary()
+    work = Path(tempfile.mkdtemp(prefix="edged-validate-"))
+    artifact = work / "fp32"
+    shutil.copytree(args.artifact, artifact)
+    environment(args.backend, args.clocks, summary)
+    if plans(artifact, args.backend, False, summary, "plans (fp32)"):
+        backend_tests(artifact, args.backend, summary)
+        reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
+        if args.fp16:
+            fp16 = work / "fp16"
+            shutil.copytree(args.artifact, fp16)
+            if plans(fp16, args.backend, True, summary, "plans (fp16)"):
+                parity(fp16, args.backend, summary, "fp16 quality vs ONNX Runtime fp32", reference)
+        soak(artifact, args.backend, args.soak_requests, summary)
+    return summary.print()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,14 +2,27 @@
 
 Code 0: repetition penalty over earlier code-0 tokens, then the specials suppressed; then, for every
 sampled token, temperature -> top-k -> top-p -> Gumbel-max with uniform noise the host fills.
+
+Top-k and top-p work on a static window of the WINDOW best candidates (TopK), and the probability
+mass above each candidate is a matmul with a triangular matrix, not a CumSum: TensorRT before 10.8
+turns CumSum into a loop over the axis (3072 steps per talker step). The result is HF's exactly
+when top-k is on and at most WINDOW, and when neither top-k nor top-p filters (the whole vocabulary
+is sampled); with top-k off and top-p < 1 it is HF's unless the nucleus holds more than WINDOW
+tokens (then it is cut at WINDOW); a top-k above WINDOW acts as WINDOW.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 NEG_INF = float("-inf")
 SPECIALS_PER_VOCAB = 1024  # the reference suppresses [vocab - 1024, vocab) except eos
+WINDOW = 256
+"""Candidates top-k and top-p choose from (the default top-k is 50)."""
+STRICTLY_UPPER = torch.from_numpy(np.triu(np.ones((WINDOW, WINDOW), dtype=np.float32), k=1))
+"""[W, W], 1 above the diagonal: probs @ it = the mass above each candidate. Made outside any trace,
+so a graph holds it as a constant (no Trilu at run time)."""
 
 
 def process_code0(logits, seen, repetition_penalty, allow_eos, eos: int):
@@ -35,19 +48,26 @@ def sample(logits, temperature, top_k, top_p, noise):
     i.e. when the probability mass strictly above it (in descending order) is >= top_p.
     """
     vocab = logits.shape[-1]
+    w = min(WINDOW, vocab)
     greedy = temperature <= 0
     t = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(-1)
     scaled = logits / t
-    ordered, _ = torch.sort(scaled, dim=-1, descending=True)
-    k = torch.where((top_k <= 0) | (top_k > vocab), torch.full_like(top_k, vocab), top_k)
-    in_top_k = torch.arange(vocab) < k.unsqueeze(-1)
-    ordered = torch.where(in_top_k, ordered, torch.full_like(ordered, NEG_INF))
-    probs = torch.softmax(ordered, dim=-1)
-    mass_above = torch.cumsum(probs, dim=-1) - probs
+    best, _ = torch.topk(scaled, w, dim=-1)  # [..., W], descending
+    k = torch.where((top_k <= 0) | (top_k > w), torch.full_like(top_k, w), top_k)
+    in_top_k = torch.arange(w) < k.unsqueeze(-1)
+    window = torch.where(in_top_k, best, torch.full_like(best, NEG_INF))
+    # probabilities as HF's top-p sees them: over the top-k survivors, or the whole vocabulary when top-k is off
+    top_k_off = ((top_k <= 0) | (top_k >= vocab)).unsqueeze(-1)
+    norm = torch.where(top_k_off, torch.logsumexp(scaled, -1, keepdim=True), torch.logsumexp(window, -1, keepdim=True))
+    probs = torch.exp(window - norm)
+    mass_above = torch.matmul(probs, STRICTLY_UPPER[:w, :w])  # exclusive prefix sums
     keep = in_top_k & ((mass_above < top_p.unsqueeze(-1)) | (top_p.unsqueeze(-1) >= 1.0))
     kept = keep.sum(-1, keepdim=True).clamp(min=1)  # keep is a prefix: its length picks the threshold
-    threshold = torch.gather(ordered, -1, kept - 1)
+    threshold = torch.gather(window, -1, kept - 1)
+    unfiltered = top_k_off & (top_p.unsqueeze(-1) >= 1.0)
+    threshold = torch.where(unfiltered, torch.full_like(threshold, NEG_INF), threshold)
     filtered = torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)
     gumbel = -torch.log(-torch.log(noise))
     score = torch.where(greedy.unsqueeze(-1), logits, filtered + gumbel)
     return torch.argmax(score, dim=-1)
+

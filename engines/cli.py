@@ -32,7 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-batch", type=int, default=4)
     p.add_argument("--max-seq", type=int, default=1024)
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: fp16 weights with fp32 norms, softmax, heads and sampling (engines/fp16.py)")
     p.set_defaults(run=_export)
+
+    p = commands.add_parser("fp16", help="an fp16 twin of an fp32 artifact (no torch needed)")
+    p.add_argument("--artifact", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(run=_fp16)
 
     p = commands.add_parser("builtin", help="rebuild the built-in tiny artifact shipped inside edged")
     p.add_argument("--out", type=Path, default=BUILTIN)
@@ -40,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("plans", help="build TensorRT plans beside an artifact's ONNX graphs (on the device)")
     p.add_argument("artifact", type=Path)
-    p.add_argument("--fp16", action="store_true")
     p.add_argument("--chunk-frames", type=int, default=4, help="the daemon's vocoder.chunk_frames")
     p.add_argument("--first-chunk-frames", type=int, default=1, help="the daemon's vocoder.first_chunk_frames")
     p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace limit")
@@ -66,7 +72,19 @@ def _export(args: argparse.Namespace) -> int:
     from engines.export import export
 
     export(args.checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    if args.precision == "fp16":
+        from engines.fp16 import convert_artifact
+
+        convert_artifact(args.out, args.out)
     print(args.out)
+    return 0
+
+
+def _fp16(args: argparse.Namespace) -> int:
+    from engines.fp16 import convert_artifact
+
+    for role, stats in convert_artifact(args.artifact, args.out).items():
+        print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in stats.items()))
     return 0
 
 
@@ -86,7 +104,7 @@ def _plans(args: argparse.Namespace) -> int:
     from engines.tensorrt import build_plans
 
     plans = build_plans(args.artifact, chunk_frames=args.chunk_frames, first_chunk_frames=args.first_chunk_frames,
-                        fp16=args.fp16, workspace=args.workspace_mib << 20)
+                        workspace=args.workspace_mib << 20)
     for plan in plans:
         print(f"{plan.name}: {plan.stat().st_size} bytes")
     return 0

@@ -8,8 +8,10 @@ first_chunk_frames) with opt chunk_frames (pass the daemon's `[vocoder]` values)
 which input is dynamic, and in what role, is the explicit table `DYNAMIC`; an input with a dynamic
 axis the table does not name is an error, so a contract change cannot build a plan that the
 runtime's bindings fall outside of. The builder's workspace is capped (default 1 GiB, for an 8 GB
-Orin) and TF32 is off, so fp32 plans match ONNX Runtime. Only `build` needs TensorRT; the profiles
-are computed (and tested) without it.
+Orin) and TF32 is off, so fp32 plans match ONNX Runtime. An fp16 artifact is built as a strongly
+typed network: its graphs say where fp16 is (the weights' products) and where fp32 stays (norms,
+softmax, logits, sampling). Only `build` needs TensorRT; the profiles are computed (and tested)
+without it.
 """
 
 from __future__ import annotations
@@ -60,22 +62,22 @@ def profile(role: str, name: str, shape: list[int], sizes_by_role: dict[str, tup
     return lo, opt, hi
 
 
-def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, int]], fp16: bool,
+def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, int]], strongly_typed: bool,
           workspace: int = WORKSPACE) -> bytes:
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)
+    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if strongly_typed else 0
+    network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise SystemExit(f"{onnx_path.name}: ONNX parse failed: {errors}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
-    config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32: plans match ONNX Runtime
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
+    if not strongly_typed:  # a strongly typed network's types are the graph's; builder precision flags do not apply
+        config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32: plans match ONNX Runtime
     optimization = builder.create_optimization_profile()
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
@@ -89,12 +91,15 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
     return bytes(plan)
 
 
-def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1, fp16: bool = False,
+def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
                 workspace: int = WORKSPACE) -> list[Path]:
-    """Build a stamped plan for every graph of the artifact; returns their paths."""
+    """Build a stamped plan for every graph of the artifact; returns their paths. An fp16 artifact
+    (`edged-engines fp16` / `export --precision fp16`) is built strongly typed: fp16 where its graphs
+    say so, fp32 everywhere else."""
     import tensorrt as trt
 
     manifest = json.loads((artifact / "artifact.json").read_text())
+    fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     by_role = sizes(manifest["limits"], chunk_frames, first_chunk_frames)
     written = []
     for role in manifest["tensors"]:

@@ -10,8 +10,9 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
    path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
 4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR;
-5. `--fp16`: the same against fp16 plans (a quality table: frames agreement, PCM SNR, max difference of
-   the talker's hidden state);
+5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
+   heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
+   frames agreement and PCM SNR;
 6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
    audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
 7. SIGTERM: the daemon drains, closes the backend (the CUDA context is popped) and exits 0.
@@ -80,13 +81,12 @@ def environment(backend: str, clocks: bool, summary: Summary) -> None:
     summary.add("environment", True, f"TensorRT {tensorrt.__version__}, {cuda.Device(0).name()}; {clock_state}")
 
 
-def plans(artifact: Path, backend: str, fp16: bool, summary: Summary, label: str) -> bool:
+def plans(artifact: Path, backend: str, summary: Summary, label: str) -> bool:
     if backend != "tensorrt":
         summary.add(label, None, "not needed on " + backend)
         return True
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "engines.cli", "plans", str(artifact), *(["--fp16"] if fp16 else [])],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "engines.cli", "plans", str(artifact)], capture_output=True, text=True)
     summary.add(label, done.returncode == 0,
                 f"{time.perf_counter() - t0:.0f} s" if done.returncode == 0 else done.stderr.strip()[-300:])
     return done.returncode == 0
@@ -230,7 +230,7 @@ def main() -> int:
     p.add_argument("--backend", default="tensorrt", choices=["tensorrt", "onnxruntime"])
     p.add_argument("--artifact", type=Path, default=BUILTIN)
     p.add_argument("--soak-requests", type=int, default=25, help="requests per client (4 clients)")
-    p.add_argument("--fp16", action="store_true", help="also build fp16 plans and measure their quality")
+    p.add_argument("--fp16", action="store_true", help="also the artifact's fp16 twin, built strongly typed, and its quality")
     p.add_argument("--clocks", action="store_true", help="run `sudo jetson_clocks` first (the timings assume it)")
     args = p.parse_args()
     summary = Summary()
@@ -238,13 +238,16 @@ def main() -> int:
     artifact = work / "fp32"
     shutil.copytree(args.artifact, artifact)
     environment(args.backend, args.clocks, summary)
-    if plans(artifact, args.backend, False, summary, "plans (fp32)"):
+    if plans(artifact, args.backend, summary, "plans (fp32)"):
         backend_tests(artifact, args.backend, summary)
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
         if args.fp16:
             fp16 = work / "fp16"
-            shutil.copytree(args.artifact, fp16)
-            if plans(fp16, args.backend, True, summary, "plans (fp16)"):
+            made = subprocess.run([sys.executable, "-m", "engines.cli", "fp16", "--artifact", str(args.artifact),
+                                   "--out", str(fp16)], capture_output=True, text=True)
+            if made.returncode:
+                summary.add("fp16 artifact", False, made.stderr.strip()[-300:])
+            elif plans(fp16, args.backend, summary, "plans (fp16, strongly typed)"):
                 parity(fp16, args.backend, summary, "fp16 quality vs ONNX Runtime fp32", reference)
         soak(artifact, args.backend, args.soak_requests, summary)
     return summary.print()

@@ -19,6 +19,7 @@ class ArtifactError(ValueError):
 
 
 FORMAT = 1
+PRECISIONS = ("fp32", "fp16")
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Manifest:
     family: str
     model_type: str
     supports_instruct: bool
+    precision: str
+    """fp32, or fp16: fp16 weights with fp32 norms, softmax, heads and sampling (engines/fp16.py)."""
     dims: Dims
     max_batch: int
     max_seq: int
@@ -95,7 +98,7 @@ class Manifest:
         return {
             "format": FORMAT,
             "family": self.family,
-            "model": {"type": self.model_type, "instruct": self.supports_instruct},
+            "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision},
             "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
             "dims": asdict(self.dims),
             "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
@@ -121,6 +124,9 @@ class Manifest:
         model = _get(m, "model", dict)
         if not isinstance(model.get("type"), str) or not isinstance(model.get("instruct"), bool):
             raise ArtifactError("artifact.json: 'model' needs a string 'type' and a boolean 'instruct'")
+        precision = model.get("precision", "fp32")
+        if precision not in PRECISIONS:
+            raise ArtifactError(f"artifact.json: 'model.precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         dims_raw = _get(m, "dims", dict)
         dims = Dims(**{k: _positive(dims_raw, k, "dims") for k in Dims.__dataclass_fields__})
         limits = _get(m, "limits", dict)
@@ -148,12 +154,12 @@ class Manifest:
                 raise ArtifactError(f"artifact.json: 'files.{role}' must be a file name")
             files[role] = name
         return cls(
-            family=family, model_type=model["type"], supports_instruct=model["instruct"], dims=dims,
+            family=family, model_type=model["type"], supports_instruct=model["instruct"], precision=precision, dims=dims,
             max_batch=_positive(limits, "max_batch", "limits"), max_seq=_positive(limits, "max_seq", "limits"),
             special={k: _int(special_raw, k, "special") for k in special_raw}, speakers=speakers,
             languages=languages, sample_rate=_positive(audio, "sample_rate", "audio"),
             samples_per_frame=_positive(audio, "samples_per_frame", "audio"),
-            sampling={k: float(_number(sampling_raw, k, "sampling")) for k in SAMPLING_KEYS if k != "seed"},
+            sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS if k != "seed"},
             graphs=graphs, files=files,
         )
 

@@ -147,7 +147,7 @@ def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, m
                           tuple(StateSpec(s["input"], s["output"], tuple(s["shape"])) for s in g.get("state", ())))
               for role, g in tensors.items()}
     return Manifest(
-        family="qwen3_tts", model_type=cfg.model_type, supports_instruct=cfg.instruct,
+        family="qwen3_tts", model_type=cfg.model_type, supports_instruct=cfg.instruct, precision="fp32",
         dims=Dims(hidden=t.hidden, layers=t.layers, kv_heads=t.kv_heads, head_dim=t.head_dim, vocab=cfg.vocab,
                   text_vocab=cfg.text_vocab, text_hidden=cfg.text_hidden, code_groups=cfg.code_groups,
                   codebook_size=cfg.codebook_size),

@@ -142,3 +142,21 @@ def test_the_doubles_keep_the_contracts(trt, artifact):
     assert not ctx.execute_async_v3(0)  # no current context, unset tensors
     with pytest.raises(RuntimeError, match="no current context"):
         fake_trt.Context.pop()
+
+
+def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path, backend):
+    from engines.fp16 import convert_artifact
+    from engines.tensorrt import build_plans
+
+    fp16 = tmp_path / "fp16"
+    convert_artifact(builtin_artifact, fp16)
+    plans = build_plans(fp16)
+    assert all(json.loads(p.read_bytes().partition(b"\n")[0])["fp16"] is True for p in plans)
+    request = [SpeechRequest("h", "Half precision weights, fp32 islands.", sampling=Sampling.greedy(), max_frames=20)]
+    want = Synthesizer(load_artifact(fp16), backend).synthesize(request)[0]
+    trt_backend = trt.TrtBackend()
+    try:
+        got = Synthesizer(load_artifact(fp16), trt_backend).synthesize(request)[0]
+    finally:
+        trt_backend.close()
+    assert np.array_equal(want.frames, got.frames)

@@ -1,0 +1,65 @@
+"""The fp16 twin of an artifact (engines/fp16.py): fp16 weights for the matrix products and
+convolutions, fp32 everywhere else, typed explicitly in the graph; it runs on ONNX Runtime (CPU)
+and speaks like the fp32 artifact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from edged.artifact import load_artifact
+from edged.request import Sampling, SpeechRequest
+from edged.synth import Synthesizer
+from engines.fp16 import convert_artifact
+
+FP16_OPS = {"MatMul", "Conv", "ConvTranspose"}
+TEXTS = ["Hello there, this is the half precision check.", "The quick brown fox jumps over the lazy dog.",
+         "你好，这是一个测试。"]
+
+
+@pytest.fixture(scope="module")
+def fp16(builtin_artifact, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fp16") / "art"
+    convert_artifact(builtin_artifact, out)
+    return out
+
+
+def test_only_the_weights_products_are_fp16(fp16):
+    """Norms, softmax, heads (logits), embeddings and the sampler stay fp32: every fp16 value is a
+    weight of, or an activation cast for, a matrix product or convolution, and is cast back after."""
+    artifact = load_artifact(fp16)
+    assert artifact.precision == "fp16"
+    for role in artifact.graphs:
+        graph = onnx.load(str(artifact.file(role))).graph
+        half_inits = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT16}
+        half = set(half_inits)
+        for node in graph.node:
+            to_half = node.op_type == "Cast" and node.attribute[0].i == onnx.TensorProto.FLOAT16
+            if to_half or (node.op_type in FP16_OPS and any(i in half for i in node.input)):
+                half |= set(node.output)
+        consumers = {i: [n for n in graph.node if i in n.input] for i in half}
+        for value, nodes in consumers.items():
+            for node in nodes:
+                assert node.op_type in FP16_OPS or (node.op_type == "Cast" and node.attribute[0].i == onnx.TensorProto.FLOAT), \
+                    f"{role}: fp16 value {value} reaches {node.op_type}"
+        assert half_inits, role
+        for node in graph.node:  # the heads that make logits, and the embeddings, read fp32 weights
+            if node.op_type in ("Gemm", "Gather"):
+                assert not any(i in half_inits for i in node.input), f"{role}: {node.op_type} {node.name}"
+
+
+def test_the_fp16_twin_speaks_like_fp32(builtin_artifact, fp16, backend):
+    requests = [SpeechRequest(f"r{i}", t, voice="vivian", sampling=Sampling.greedy(), max_frames=60)
+                for i, t in enumerate(TEXTS)]
+    want = Synthesizer(load_artifact(builtin_artifact), backend).synthesize(requests)
+    got = Synthesizer(load_artifact(fp16), backend).synthesize(requests)
+    agree = np.mean([np.mean(np.all(w.frames == g.frames, axis=1)) for w, g in zip(want, got)])
+    snr = min(10 * np.log10(np.sum(w.pcm ** 2) / np.sum((w.pcm - g.pcm) ** 2)) for w, g in zip(want, got))
+    assert agree >= 0.95 and snr >= 30, (agree, snr)
+
+
+def test_an_fp16_artifact_is_not_converted_twice(fp16, tmp_path):
+    with pytest.raises(ValueError, match="already fp16"):
+        convert_artifact(fp16, tmp_path / "again")

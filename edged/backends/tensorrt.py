@@ -133,26 +133,24 @@ class TrtBackend(Backend):
         self.engines.clear()
         self.runtime = None
         for buf in self.buffers:
-            _allocation(buf).free()
+            _allocation(buf)[0].free()
         self.buffers.clear()
         self.stream = None
         cuda.Context.pop()
         self.cuda_context.detach()
 
 
-def _allocation(buf: np.ndarray) -> Any:
+def _allocation(buf: np.ndarray) -> tuple[Any, np.ndarray]:
+    """The page-locked allocation under a (view of a) buffer, and the array made on it."""
     root = buf
     while isinstance(root.base, np.ndarray):
         root = root.base
-    return root.base
+    return root.base, root
 
 
 def device_address(buf: np.ndarray) -> int:
     """Device address of a (view of a) mapped pinned buffer: its allocation's base + the byte offset."""
-    root = buf
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    allocation: Any = root.base
+    allocation, root = _allocation(buf)
     if not hasattr(allocation, "get_device_pointer"):
         raise EngineError("buffer was not allocated by the tensorrt backend (Backend.empty)")
     return int(allocation.get_device_pointer()) + (buf.ctypes.data - root.ctypes.data)

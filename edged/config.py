@@ -64,6 +64,8 @@ class DaemonConfig:
     """Engine backend: onnxruntime (CPU) or tensorrt (Jetson)."""
     threads: int = 0
     """Engine threads (0: all cores)."""
+    cuda_graphs: bool = True
+    """tensorrt: replay each step's plans as CUDA graphs captured at boot (false: enqueue every run)."""
     queue_limit: int = 16
     """Requests waiting for a cohort slot before new ones are rejected with reason "busy"."""
     max_message_bytes: int = 1 << 20

@@ -75,7 +75,7 @@ class Daemon:
         cfg = self.config
         t0 = time.monotonic()
         artifact = load_artifact(cfg.daemon.artifact or None)
-        self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads)
+        self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads, cfg.daemon.cuda_graphs)
         core = Core(artifact, self.backend, chunk_frames=cfg.vocoder.chunk_frames,
                     first_chunk_frames=cfg.vocoder.first_chunk_frames)
         self.watchdog = Watchdog(self.notifier)

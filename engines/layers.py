@@ -1,6 +1,6 @@
 """The Qwen3 decoder layers the talker families share, written for export.
 
-RMSNorm, rotary embeddings, grouped-query attention (whole causal prompts, and one new row over a
+RMSNorm, rotary embeddings, grouped-query attention (whole causal prompts, and new rows over a
 runtime-owned cache whose keys are stored transposed), the SwiGLU MLP, and a stack of blocks whose
 weights are named as in the checkpoints (`layers.*`, `norm`). Text-only inputs give three equal
 M-RoPE position rows, so the interleaved multimodal RoPE of the references is plain 1-D RoPE here.
@@ -103,26 +103,32 @@ class Attention(nn.Module):
         out = torch.matmul(torch.softmax(scores, dim=-1), values_r)  # [B, Hq, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1)), k, v
 
-    def step(self, x, cos, sin, past_kt, past_v, valid):
-        """One new row per batch member over a cache.
+    def extend(self, x, cos, sin, past_kt, past_v, valid):
+        """T new rows per batch member over a cache (T = 1: a decode step; T = the prompt: a prefill).
 
-        x [B, 1, H]; past_kt [B, Hkv, D, S] (transposed keys); past_v [B, Hkv, S, D];
-        valid [B, 1, 1, S] bool (cache slots before the row's position). Grouped-query heads are
-        folded into the query rows so the cache is read once, never repeated or transposed.
+        x [B, T, H]; past_kt [B, Hkv, D, P] (transposed keys); past_v [B, Hkv, P, D];
+        valid [B, 1, 1, P] bool (cache slots before the member's position). The new rows attend to
+        the valid cache slots and causally to each other. Grouped-query heads are folded into the
+        query rows (row r*T + t is head r of the group, new row t), so the cache is read once,
+        never repeated or transposed.
         """
         c = self.c
-        b = x.shape[0]
+        b, t = x.shape[0], x.shape[1]
         rep = c.heads // c.kv_heads
-        q, k, v = self.project(x, cos, sin)  # q [B, Hq, 1, D], k/v [B, Hkv, 1, D]
+        q, k, v = self.project(x, cos, sin)  # q [B, Hq, T, D], k/v [B, Hkv, T, D]
         scale = c.head_dim**-0.5
-        q = q.reshape(b, c.kv_heads, rep, c.head_dim)  # [B, Hkv, rep, D]
-        past_scores = torch.matmul(q, past_kt) * scale  # [B, Hkv, rep, S]
+        q = q.reshape(b, c.kv_heads, rep * t, c.head_dim)
+        past_scores = torch.matmul(q, past_kt) * scale  # [B, Hkv, rep*T, P]
         past_scores = torch.where(valid, past_scores, torch.full_like(past_scores, NEG_INF))
-        new_score = torch.matmul(q, k.transpose(2, 3)) * scale  # [B, Hkv, rep, 1]
-        weights = torch.softmax(torch.cat((past_scores, new_score), dim=-1), dim=-1)
-        s = past_scores.shape[-1]
-        out = torch.matmul(weights[..., :s], past_v) + weights[..., s:] * v  # [B, Hkv, rep, D]
-        return self.o_proj(out.reshape(b, 1, c.heads * c.head_dim)), k, v
+        new_scores = torch.matmul(q, k.transpose(2, 3)) * scale  # [B, Hkv, rep*T, T]
+        row = torch.arange(t).repeat(rep)  # the new row each query row is
+        future = torch.arange(t).unsqueeze(0) > row.unsqueeze(1)  # [rep*T, T]
+        new_scores = new_scores.masked_fill(future, NEG_INF)
+        weights = torch.softmax(torch.cat((past_scores, new_scores), dim=-1), dim=-1)
+        p = past_scores.shape[-1]
+        out = torch.matmul(weights[..., :p], past_v) + torch.matmul(weights[..., p:], v)  # [B, Hkv, rep*T, D]
+        out = out.reshape(b, c.kv_heads, rep, t, c.head_dim).permute(0, 3, 1, 2, 4)  # [B, T, Hkv, rep, D]
+        return self.o_proj(out.reshape(b, t, c.heads * c.head_dim)), k, v
 
 
 class MLP(nn.Module):

@@ -1,63 +1,81 @@
 """TensorRT plans for an artifact, built on the device (Jetson, TensorRT 10): `edged-engines plans`.
 
 Writes `<graph>.plan` beside each `<graph>.onnx`, stamped with the TensorRT version and the ONNX
-graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), one optimization
-profile per graph spanning what the runtime binds: batch 1..max_batch with opt 1 (decode, code
-predictor, vocoder), prefill length 1..max_seq, vocoder window 1..max(chunk_frames,
-first_chunk_frames) with opt chunk_frames (pass the daemon's `[vocoder]` values). Which axis of
-which input is dynamic, and in what role, is the explicit table `DYNAMIC`; an input with a dynamic
-axis the table does not name is an error, so a contract change cannot build a plan that the
-runtime's bindings fall outside of. The builder's workspace is capped (default 1 GiB, for an 8 GB
-Orin) and TF32 is off, so fp32 plans match ONNX Runtime. An fp16 artifact is built as a strongly
-typed network: its graphs say where fp16 is (the weights' products) and where fp32 stays (norms,
-softmax, logits, sampling). Only `build` needs TensorRT; the profiles are computed (and tested)
-without it.
+graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), with the
+optimization profiles of what the runtime binds (`PROFILES`): the talker is one engine (its weights
+once) with a context profile (one request's prefill: 1 member, 1..max_seq rows, a one-slot cache)
+and a generation profile (1..max_batch members with opt 1, one row, the whole max_seq cache); the
+code predictor and the vocoder have one profile each (batch 1..max_batch with opt 1; vocoder window
+1..max(chunk_frames, first_chunk_frames) with opt chunk_frames: pass the daemon's `[vocoder]`
+values). Which axis of which input is dynamic, and in what role, is that explicit table; an input
+with a dynamic axis the table does not name is an error, so a contract change cannot build a plan
+that the runtime's bindings fall outside of. The builder's workspace is capped (default 1 GiB, for
+an 8 GB Orin) and TF32 is off, so fp32 plans match ONNX Runtime. An fp16 artifact is built as a
+strongly typed network: its graphs say where fp16 is (the weights' products) and where fp32 stays
+(norms, softmax, logits, sampling). Only `build` needs TensorRT; the profiles are computed (and
+tested) without it.
 """
 
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from edged.backends.plan_file import write_plan
 
 ANY = "*"
-DYNAMIC: dict[str, dict[str, dict[int, str]]] = {
-    "talker_prefill": {"inputs_embeds": {1: "T"}},
-    "talker_decode": {ANY: {0: "B"}},
-    "code_predictor": {ANY: {0: "B"}},
-    "vocoder": {"codes": {0: "B", 2: "F"}, ANY: {0: "B"}},
+Profile = dict[str, dict[int, str]]
+"""input name (an fnmatch pattern, or ANY for the rest) -> {axis: size role}."""
+PROFILES: dict[str, list[Profile]] = {
+    "talker": [
+        {"inputs_embeds": {0: "1", 1: "T"}, "past_keys_*": {0: "1", 3: "1"}, "past_values_*": {0: "1", 2: "1"},
+         ANY: {0: "1"}},  # context: one request's prefill over the one-slot cache the mask hides
+        {"inputs_embeds": {0: "B", 1: "1"}, "past_keys_*": {0: "B", 3: "S"}, "past_values_*": {0: "B", 2: "S"},
+         ANY: {0: "B"}},  # generation: one row per member over the whole cache
+    ],
+    "code_predictor": [{ANY: {0: "B"}}],
+    "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
 }
-"""graph role -> input name (or ANY) -> {axis: role}: B batch, T prefill length, F vocoder frames."""
+"""graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
+(max_seq), F vocoder frames, 1 exactly one."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
+TACTIC_DRAM = 2 << 30
+"""What tactic selection may claim while building (TensorRT's default is 75% of device memory, which
+on an 8 GB Orin shares DRAM with the OS and the running daemon)."""
 
 
 def sizes(limits: dict, chunk_frames: int = 4, first_chunk_frames: int = 1) -> dict[str, tuple[int, int, int]]:
-    """(min, opt, max) per axis role."""
+    """(min, opt, max) per size role."""
     b, s = limits["max_batch"], limits["max_seq"]
     window = max(chunk_frames, first_chunk_frames)
-    return {"B": (1, 1, b), "T": (1, min(64, s), s), "F": (1, chunk_frames, window)}
+    return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "F": (1, chunk_frames, window), "1": (1, 1, 1)}
 
 
-def profile(role: str, name: str, shape: list[int], sizes_by_role: dict[str, tuple[int, int, int]],
+def profiles(role: str) -> list[Profile]:
+    if role not in PROFILES:
+        raise ValueError(f"{role}: engines/tensorrt.py PROFILES has no entry for this graph")
+    return PROFILES[role]
+
+
+def profile(role: str, index: int, name: str, shape: list[int], sizes_by_role: dict[str, tuple[int, int, int]],
             ) -> tuple[list[int], list[int], list[int]] | None:
-    """(min, opt, max) shapes of one input of a graph; None when it has no dynamic axis."""
+    """(min, opt, max) shapes of one input in one profile of a graph; None when it has no dynamic axis."""
+    table = profiles(role)[index]
     if all(d >= 0 for d in shape):
         return None
-    table = DYNAMIC.get(role)
-    if table is None:
-        raise ValueError(f"{role}: engines/tensorrt.py DYNAMIC has no entry for this graph")
-    axes = table.get(name, table.get(ANY, {}))
-    by_role = sizes_by_role
+    pattern = name if name in table else next((k for k in table if k != ANY and fnmatchcase(name, k)), ANY)
+    axes = table.get(pattern, {})
     lo, opt, hi = [], [], []
     for axis, d in enumerate(shape):
         if d >= 0:
             lo.append(d), opt.append(d), hi.append(d)
             continue
         if axis not in axes:
-            raise ValueError(f"{role}: input {name} axis {axis} is dynamic, but engines/tensorrt.py DYNAMIC names no role for it")
-        a, b, c = by_role[axes[axis]]
+            raise ValueError(f"{role}: input {name} axis {axis} is dynamic, but engines/tensorrt.py PROFILES names "
+                             f"no size for it")
+        a, b, c = sizes_by_role[axes[axis]]
         lo.append(a), opt.append(b), hi.append(c)
     return lo, opt, hi
 
@@ -76,15 +94,17 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
         raise SystemExit(f"{onnx_path.name}: ONNX parse failed: {errors}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+    config.set_memory_pool_limit(trt.MemoryPoolType.TACTIC_DRAM, TACTIC_DRAM)
     if not strongly_typed:  # a strongly typed network's types are the graph's; builder precision flags do not apply
         config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32: plans match ONNX Runtime
-    optimization = builder.create_optimization_profile()
-    for i in range(network.num_inputs):
-        tensor = network.get_input(i)
-        shapes = profile(role, tensor.name, list(tensor.shape), sizes_by_role)
-        if shapes is not None:
-            optimization.set_shape(tensor.name, *shapes)
-    config.add_optimization_profile(optimization)
+    for index in range(len(profiles(role))):
+        optimization = builder.create_optimization_profile()
+        for i in range(network.num_inputs):
+            tensor = network.get_input(i)
+            shapes = profile(role, index, tensor.name, list(tensor.shape), sizes_by_role)
+            if shapes is not None:
+                optimization.set_shape(tensor.name, *shapes)
+        config.add_optimization_profile(optimization)
     plan = builder.build_serialized_network(network, config)
     if plan is None:
         raise SystemExit(f"{onnx_path.name}: TensorRT build failed")

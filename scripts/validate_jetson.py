@@ -9,7 +9,8 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 2. plans: `edged-engines plans` for a copy of the artifact (fp32, TF32 off);
 3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
    path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
-4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR;
+4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR; then the same
+   cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
    frames agreement and PCM SNR;
@@ -100,8 +101,8 @@ def backend_tests(artifact: Path, backend: str, summary: Summary) -> None:
     summary.add("backend tests", done.returncode == 0, last)
 
 
-def synthesize(artifact: Path, backend_name: str) -> list:
-    backend = make_backend(backend_name)
+def synthesize(artifact: Path, backend_name: str, cuda_graphs: bool = True) -> list:
+    backend = make_backend(backend_name, cuda_graphs=cuda_graphs)
     try:
         requests = [SpeechRequest(f"r{i}", t, sampling=Sampling.greedy(), max_frames=60) for i, t in enumerate(TEXTS)]
         return Synthesizer(load_artifact(artifact), backend).synthesize(requests)
@@ -122,6 +123,24 @@ def parity(artifact: Path, backend: str, summary: Summary, label: str, reference
     ok = same == frames and max(errors) < 1e-3 if exact else same / frames > 0.9
     summary.add(label, ok, f"frames equal {same}/{frames}; PCM max error {max(errors):.1e}, SNR >= {snr:.1f} dB")
     return reference
+
+
+def cuda_graphs(artifact: Path, backend: str, summary: Summary) -> None:
+    """The same greedy cohort with step plans replayed as CUDA graphs and enqueued per run: equal frames,
+    and the milliseconds per frame of each, measured side by side."""
+    if backend != "tensorrt":
+        summary.add("CUDA graphs", None, "TensorRT only")
+        return
+    timed = {}
+    for graphs in (True, False):
+        synthesize(artifact, backend, graphs)  # warm: plans loaded, clocks up
+        t0 = time.perf_counter()
+        results = synthesize(artifact, backend, graphs)
+        timed[graphs] = (results, (time.perf_counter() - t0) * 1e3 / sum(len(r.frames) for r in results))
+    (with_graphs, ms_graphs), (enqueued, ms_enqueued) = timed[True], timed[False]
+    same = all(np.array_equal(a.frames, b.frames) for a, b in zip(with_graphs, enqueued))
+    summary.add("CUDA graphs", same, f"frames equal: {same}; {ms_graphs:.1f} ms per frame with graphs, "
+                                     f"{ms_enqueued:.1f} ms enqueued ({ms_enqueued / ms_graphs:.2f}x), boot included")
 
 
 def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
@@ -241,6 +260,7 @@ def main() -> int:
     if plans(artifact, args.backend, summary, "plans (fp32)"):
         backend_tests(artifact, args.backend, summary)
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
+        cuda_graphs(artifact, args.backend, summary)
         if args.fp16:
             fp16 = work / "fp16"
             made = subprocess.run([sys.executable, "-m", "engines.cli", "fp16", "--artifact", str(args.artifact),

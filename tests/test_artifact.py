@@ -36,8 +36,19 @@ def test_builtin_artifact_loads(builtin_artifact, backend):
 
 
 def test_missing_graph_names_the_file(copy):
-    (copy / "talker_decode.onnx").unlink()
-    with pytest.raises(ArtifactError, match=r"talker_decode\.onnx: missing from the artifact"):
+    (copy / "talker.onnx").unlink()
+    with pytest.raises(ArtifactError, match=r"talker\.onnx: missing from the artifact"):
+        load_artifact(copy)
+
+
+def test_an_artifact_with_the_old_two_talker_graphs_says_to_export_again(copy):
+    def split(m):
+        m["tensors"]["talker_prefill"] = m["tensors"]["talker_decode"] = m["tensors"].pop("talker")
+        m["files"]["talker_prefill"], m["files"]["talker_decode"] = "talker_prefill.onnx", "talker_decode.onnx"
+        del m["files"]["talker"]
+    _edit(copy, split)
+    with pytest.raises(ArtifactError, match=r"separate talker_prefill/talker_decode graphs; the runtime takes one "
+                                            r"talker graph now: export the checkpoint again"):
         load_artifact(copy)
 
 
@@ -87,9 +98,9 @@ def test_mismatched_hidden_names_the_tensor(copy, backend):
 
 
 @pytest.mark.parametrize("key,delta,message", [
-    ("kv_heads", 1, r"talker_decode\.onnx: tensor past_keys_0 has shape"),
+    ("kv_heads", 1, r"talker\.onnx: tensor past_keys_0 has shape"),
     ("code_groups", 2, r"code_predictor\.onnx: tensor noise has shape"),
-    ("layers", 1, r"talker_decode\.onnx: has no tensor past_keys_2"),
+    ("layers", 1, r"talker\.onnx: has no tensor past_keys_2"),
 ])
 def test_mismatched_dims_name_graph_and_tensor(copy, backend, key, delta, message):
     _edit(copy, lambda m: m["dims"].update({key: m["dims"][key] + delta}))

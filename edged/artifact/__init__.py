@@ -25,7 +25,7 @@ class Artifact(Manifest):
     path: Path
 
     def file(self, role: str) -> Path:
-        """The file of a graph or sidecar by its role (talker_decode, vocoder, tokenizer, ...)."""
+        """The file of a graph or sidecar by its role (talker, vocoder, tokenizer, ...)."""
         return self.path / (self.graphs[role].file if role in self.graphs else self.files[role])
 
     def tables(self) -> dict[str, np.ndarray]:

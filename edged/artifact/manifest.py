@@ -79,7 +79,7 @@ class Manifest:
     samples_per_frame: int
     sampling: dict[str, float]
     graphs: dict[str, Graph]
-    """Every ONNX graph, required and optional, by role (talker_decode, vocoder, speaker_encoder, ...)."""
+    """Every ONNX graph, required and optional, by role (talker, vocoder, speaker_encoder, ...)."""
     files: dict[str, str]
     """The other files by role (embeddings, tokenizer)."""
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec
 
 
-def make_backend(name: str = "onnxruntime", threads: int = 0) -> Backend:
-    """The backend called `name`: "onnxruntime" (everywhere) or "tensorrt" (Jetson)."""
+def make_backend(name: str = "onnxruntime", threads: int = 0, cuda_graphs: bool = True) -> Backend:
+    """The backend called `name`: "onnxruntime" (everywhere) or "tensorrt" (Jetson; `cuda_graphs`:
+    replay step plans as CUDA graphs captured at boot)."""
     if name == "onnxruntime":
         from edged.backends.onnxruntime import OrtBackend
 
@@ -14,7 +15,7 @@ def make_backend(name: str = "onnxruntime", threads: int = 0) -> Backend:
     if name == "tensorrt":
         from edged.backends.tensorrt import TrtBackend
 
-        return TrtBackend()
+        return TrtBackend(cuda_graphs=cuda_graphs)
     raise ValueError(f"unknown backend {name!r} (known: onnxruntime, tensorrt)")
 
 

@@ -14,6 +14,9 @@ offset keeps the alignment (a per-slot row is bound only when its stride is a mu
 bytes; otherwise each slot gets an allocation of its own). `Engine.plan` checks it for every
 backend, so a misaligned view fails at boot, named. `Backend.close()` releases engines and buffers
 in order (TensorRT: and pops the CUDA context); it is idempotent.
+
+What only the engines read (the KV cache, the vocoder state) is claimed with `device_empty` and
+written only through `copy` and `zero`: on TensorRT it is device memory the host cannot touch.
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ class Engine(ABC):
             raise EngineError(f"{self.name}: has no tensor {tensor}")
         return spec.dtype
 
-    def plan(self, bindings: Mapping[str, np.ndarray]) -> Plan:
-        """Bind every input and output of the graph to a buffer; checked once, here."""
+    def plan(self, bindings: Mapping[str, np.ndarray], *, repeated: bool = True) -> Plan:
+        """Bind every input and output of the graph to a buffer; checked once, here. `repeated`: the
+        plan runs again and again (a step); False for a plan made for one run (a prefill of one
+        length), which a backend does not prepare further (TensorRT: no CUDA graph)."""
         wanted = set(self.inputs) | set(self.outputs)
         missing = sorted(wanted - set(bindings))
         extra = sorted(set(bindings) - wanted)
@@ -77,7 +82,7 @@ class Engine(ABC):
         for name, buf in bindings.items():
             spec = self.inputs.get(name) or self.outputs[name]
             self._check(spec, buf)
-        plan = self._plan(bindings)
+        plan = self._plan(bindings, repeated)
         plan.bindings = dict(bindings)
         return plan
 
@@ -94,7 +99,7 @@ class Engine(ABC):
             raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
 
     @abstractmethod
-    def _plan(self, bindings: Mapping[str, np.ndarray]) -> Plan: ...
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool) -> Plan: ...
 
 
 class Backend(ABC):
@@ -108,6 +113,23 @@ class Backend(ABC):
         """A zeroed buffer that this backend's engines can bind (host, pinned or mapped), starting on
         an ALIGNMENT boundary."""
 
+    def device_empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A zeroed buffer that only engines, `copy` and `zero` touch (the KV cache, the vocoder
+        state): device memory where the backend has one (TensorRT), which the host must never read or
+        write directly. Here: host memory, as `empty`."""
+        return self.empty(shape, dtype)
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """`dst[...] = src` in order with the engines' work, for any buffers of this backend (device
+        ones included). Both must be the same shape and a 2-D copy: rows of contiguous bytes, evenly
+        strided on each side (a K/V row into the cache is one)."""
+        copy_rows(dst, src)  # the same contract on every backend
+        np.copyto(dst, src)
+
+    def zero(self, dst: np.ndarray) -> None:
+        """Zero a whole (contiguous) buffer of this backend, in order with the engines' work."""
+        dst.fill(0)
+
     @abstractmethod
     def close(self) -> None:
         """Release every engine and buffer, in order; idempotent. Nothing may run afterwards."""
@@ -120,6 +142,26 @@ def aligned_zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
     raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % ALIGNMENT
     return raw[offset:offset + size].view(dtype).reshape(shape)
+
+
+def copy_rows(dst: np.ndarray, src: np.ndarray) -> tuple[int, int, int, int]:
+    """(width in bytes, height, dst pitch, src pitch) of `dst[...] = src` as rows of contiguous bytes:
+    the innermost dimensions contiguous in both make a row, the rest must be one evenly strided run
+    of rows in each. A copy that is not 2-D is an error."""
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        raise EngineError(f"copy: {src.dtype}{list(src.shape)} into {dst.dtype}{list(dst.shape)}")
+    dims = [(n, ds, ss) for n, ds, ss in zip(dst.shape, dst.strides, src.strides) if n != 1]
+    width = dst.itemsize
+    while dims and dims[-1][1] == width and dims[-1][2] == width:
+        width *= dims.pop()[0]
+    if not dims:
+        return width, 1, width, width
+    height, dst_pitch, src_pitch = dims.pop()
+    while dims and dims[-1][1] == dst_pitch * height and dims[-1][2] == src_pitch * height:
+        height *= dims.pop()[0]
+    if dims:
+        raise EngineError(f"copy: {list(dst.shape)} with strides {dst.strides} / {src.strides} is not a 2-D copy")
+    return width, height, dst_pitch, src_pitch
 
 
 def _fmt(shape: tuple[int | None, ...]) -> str:

@@ -14,7 +14,7 @@ from edged.talker.text import Streamed, TextStream
 if TYPE_CHECKING:
     from edged.artifact import Artifact
 
-TALKER_GRAPHS = ("talker_prefill", "talker_decode", "code_predictor", "vocoder")
+TALKER_GRAPHS = ("talker", "code_predictor", "vocoder")
 """The graphs every talker family exports (contracts in docs/artifact.md)."""
 
 
@@ -57,6 +57,10 @@ class Family(ABC):
 
     def check(self, m: Manifest) -> None:
         """What this family requires of a manifest beyond its types; raises ArtifactError naming the key."""
+        if "talker" not in m.graphs and "talker_decode" in m.graphs:
+            raise ArtifactError("artifact.json: this artifact has separate talker_prefill/talker_decode graphs; "
+                                "the runtime takes one talker graph now: export the checkpoint again "
+                                "(edged-engines export)")
         for role in self.graphs:
             if role not in m.graphs:
                 raise ArtifactError(f"artifact.json: missing key 'tensors.{role}' (with inputs and outputs lists)")

@@ -2,15 +2,19 @@
 
 Per step, for the members that step: the code predictor turns each pending code 0 (and the talker
 hidden that produced it) into groups 1..G-1, the frame is published on the codec port, and the
-talker decodes one step from the frame's codec-embedding sum plus the next text-track row,
-sampling the next code 0. Sampling runs inside the graphs; only codes cross to the host. Every
-buffer is claimed in `preallocate()`, each with the dtype its graph declares; the step path runs
-bound plans and copies rows. The family (`edged.families`) supplies the prompt layout and the
-special ids; nothing here names a family.
+talker decodes one step from the frame's codec-embedding sum plus the next text-track row, sampling
+the next code 0. Sampling runs inside the graphs; only codes cross to the host. Every buffer is
+claimed in `preallocate()`, each with the dtype its graph declares; the step path runs bound plans
+and copies rows. The KV cache and the new K/V rows are the backend's device buffers
+(`Backend.device_empty`): rows move into the cache by `Backend.copy`, never through the host. The
+family (`edged.families`) supplies the prompt layout and the special ids; nothing here names a
+family.
 
-Every bound view starts on a 256-byte boundary: batched plans bind rows 0..n-1 from the start of
-each buffer, and the prefill (one request in any slot) binds buffers of its own, whose results are
-copied into the slot's rows.
+One talker graph does both (it holds the weights once): a decode plan binds n members x 1 new row
+over the whole cache, a prefill plan 1 member x the prompt's rows at position 0 over a one-slot
+cache that the graph's mask hides. Every bound view starts on a 256-byte boundary: batched plans
+bind rows 0..n-1 from the start of each buffer, and the prefill (one request in any slot) binds
+buffers of its own, whose results are copied into the slot's rows.
 """
 
 from __future__ import annotations
@@ -78,8 +82,7 @@ class TalkerStage:
         self.pad_row = tables[talking.pad.table][talking.pad.ids[0]]
         self.text_table = tables[talking.text_table]
         self.text_end = tables[talking.text_end.table][talking.text_end.ids[0]]
-        self.prefill_engine = backend.load(artifact.file("talker_prefill"))
-        self.decode_engine = backend.load(artifact.file("talker_decode"))
+        self.engine = backend.load(artifact.file("talker"))
         self.cp_engine = backend.load(artifact.file("code_predictor"))
         self.claimed: dict[str, int] = {}
 
@@ -89,15 +92,19 @@ class TalkerStage:
         """Claim every buffer (sized max_batch x max_seq) and bind every plan; returns bytes per part."""
         a, d = self.artifact, self.artifact.dims
         b, s, h, g = a.max_batch, a.max_seq, d.hidden, d.code_groups
-        dec, cp, pre = self.decode_engine.dtype, self.cp_engine.dtype, self.prefill_engine.dtype
-        e = self.backend.empty
-        self.keys = [e((b, d.kv_heads, d.head_dim, s), dec(f"past_keys_{i}")) for i in range(d.layers)]  # [B, Hkv, D, S]
-        self.values = [e((b, d.kv_heads, s, d.head_dim), dec(f"past_values_{i}")) for i in range(d.layers)]  # [B, Hkv, S, D]
-        self.new_keys = [e((b, d.kv_heads, d.head_dim, 1), dec(f"new_keys_{i}")) for i in range(d.layers)]
-        self.new_values = [e((b, d.kv_heads, 1, d.head_dim), dec(f"new_values_{i}")) for i in range(d.layers)]
-        self.prefill_keys = [e((d.kv_heads * d.head_dim * s,), pre(f"new_keys_{i}")) for i in range(d.layers)]
-        self.prefill_values = [e((d.kv_heads * d.head_dim * s,), pre(f"new_values_{i}")) for i in range(d.layers)]
+        dec = pre = self.engine.dtype
+        cp = self.cp_engine.dtype
+        e, dev = self.backend.empty, self.backend.device_empty  # host-visible I/O; what only the engines read
+        self.keys = [dev((b, d.kv_heads, d.head_dim, s), dec(f"past_keys_{i}")) for i in range(d.layers)]  # [B, Hkv, D, S]
+        self.values = [dev((b, d.kv_heads, s, d.head_dim), dec(f"past_values_{i}")) for i in range(d.layers)]  # [B, Hkv, S, D]
+        self.new_keys = [dev((b, d.kv_heads, d.head_dim, 1), dec(f"new_keys_{i}")) for i in range(d.layers)]
+        self.new_values = [dev((b, d.kv_heads, 1, d.head_dim), dec(f"new_values_{i}")) for i in range(d.layers)]
+        self.prefill_keys = [dev((d.kv_heads * d.head_dim * s,), pre(f"new_keys_{i}")) for i in range(d.layers)]
+        self.prefill_values = [dev((d.kv_heads * d.head_dim * s,), pre(f"new_values_{i}")) for i in range(d.layers)]
+        self.no_keys = dev((1, d.kv_heads, d.head_dim, 1), pre("past_keys_0"))  # the prefill's one-slot cache, masked
+        self.no_values = dev((1, d.kv_heads, 1, d.head_dim), pre("past_values_0"))
         self.prefill_rows = e((s, h), pre("inputs_embeds"))
+        self.prefill_position = e((1,), pre("positions"))  # always 0
         self.track = e((b, s, h), dec("inputs_embeds"))
         self.inputs_embeds = e((b, h), dec("inputs_embeds"))
         self.positions = e((b,), dec("positions"))
@@ -120,13 +127,14 @@ class TalkerStage:
         self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
         self.cp_plans = [self._cp_plan(n) for n in range(1, b + 1)]
         kv = sum(x.nbytes for x in (*self.keys, *self.values))
-        scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values))
+        scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
+                                         self.no_keys, self.no_values))
         io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
                                     self.cp_noise, self.codes, self.codec_sum, self.held_hidden, self.held_code0,
                                     *self.prefill_io.values()))
-        text = self.prefill_rows.nbytes + self.track.nbytes
+        text = self.prefill_rows.nbytes + self.prefill_position.nbytes + self.track.nbytes
         self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io}
         return self.claimed
 
@@ -139,12 +147,12 @@ class TalkerStage:
 
     def _decode_plan(self, n: int) -> Plan:
         rows = slice(0, n)
-        binds = {"inputs_embeds": self.inputs_embeds[rows], "positions": self.positions[rows],
+        binds = {"inputs_embeds": self.inputs_embeds[rows].reshape(n, 1, -1), "positions": self.positions[rows],
                  **{name: buf[rows] for name, buf in self.decode_buffers.items()}}
         for i in range(self.artifact.dims.layers):
             binds |= {f"past_keys_{i}": self.keys[i][rows], f"past_values_{i}": self.values[i][rows],
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
-        return self.decode_engine.plan(binds)
+        return self.engine.plan(binds)
 
     def _cp_plan(self, n: int) -> Plan:
         rows = slice(0, n)
@@ -222,18 +230,21 @@ class TalkerStage:
         self._prefill_plan(t).run()
         self.hidden[slot] = io["hidden"][0]
         self.code0[slot] = io["code0"][0]
-        d = self.artifact.dims
+        d, copy = self.artifact.dims, self.backend.copy
+        n = d.kv_heads * d.head_dim * t
         for i in range(d.layers):
-            self.keys[i][slot, :, :, :t] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(d.kv_heads, d.head_dim, t)
-            self.values[i][slot, :, :t] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(d.kv_heads, t, d.head_dim)
+            copy(self.keys[i][slot, :, :, :t], self.prefill_keys[i][:n].reshape(d.kv_heads, d.head_dim, t))
+            copy(self.values[i][slot, :, :t], self.prefill_values[i][:n].reshape(d.kv_heads, t, d.head_dim))
 
     def _prefill_plan(self, t: int) -> Plan:
         d = self.artifact.dims
-        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), **self.prefill_io}
+        binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), "positions": self.prefill_position,
+                 **self.prefill_io}
         for i in range(d.layers):
+            binds[f"past_keys_{i}"], binds[f"past_values_{i}"] = self.no_keys, self.no_values
             binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
             binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)
-        return self.prefill_engine.plan(binds)
+        return self.engine.plan(binds, repeated=False)
 
     def extend_text(self, m: Member, ids: list[int], final: bool) -> None:
         """A stream's newly committed ids onto the member's track (and its end row when `final`)."""
@@ -317,10 +328,12 @@ class TalkerStage:
         self._fill_noise(m)
 
     def commit_kv(self, slot: int, position: int) -> None:
-        """Write the decode's new K/V row of `slot` into the cache at `position`."""
+        """Append the decode's new K/V row of `slot` to the cache at `position` (on the device, in order
+        with the engines: the host never touches the cache)."""
+        copy = self.backend.copy
         for keys, values, new_k, new_v in zip(self.keys, self.values, self.new_keys, self.new_values):
-            keys[slot, :, :, position] = new_k[slot, :, :, 0]
-            values[slot, :, position] = new_v[slot, :, 0]
+            copy(keys[slot, :, :, position], new_k[slot, :, :, 0])
+            copy(values[slot, :, position], new_v[slot, :, 0])
 
     def _commit_code0(self, m: Member) -> None:
         code0 = self.code0[m.slot]

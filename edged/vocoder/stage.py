@@ -1,11 +1,12 @@
 """The vocoder stage: walks the codec port with its own cursor per member, decoding new frames.
 
-The vocoder graph is stateful (docs/artifact.md): each call decodes only the new frames and
-carries the decoder's state (attention history, causal-conv tails) to the next call, so streamed
-PCM equals a whole-utterance decode. Each member slot owns two state buffers that the plans
-ping-pong between (one is read while the other is written), its own start and PCM buffers, each an
-allocation of its own (so every bound address is 256-byte aligned, whatever the state's size);
-one plan per (slot, side, window length) is bound at boot, so a window is a copy and a run.
+The vocoder graph is stateful (docs/artifact.md): each call decodes only the new frames and carries
+the decoder's state (attention history, causal-conv tails) to the next call, so streamed PCM equals
+a whole-utterance decode. Each member slot owns two state buffers that the plans ping-pong between
+(one is read while the other is written; device buffers, zeroed by the backend, never touched by the
+host), its own start and PCM buffers, each an allocation of its own (so every bound address is
+256-byte aligned, whatever the state's size); one plan per (slot, side, window length) is bound at
+boot, so a window is a copy and a run.
 
 A window is `first_chunk_frames` new frames at the start of a stream, then `chunk_frames`, and the
 rest once the talker has closed the slot. With one new frame per step, at most one window per slot
@@ -60,7 +61,8 @@ class VocoderStage:
         self.pcm = [e((1, w * spf), dt("pcm")) for _ in range(b)]
         self.start = [e((1,), dt("start")) for _ in range(b)]
         # [side][k][slot] -> [1, ...]
-        self.states = [[[e((1, *s.shape), dt(s.input)) for _ in range(b)] for s in self.state_specs] for _ in range(2)]
+        dev = self.backend.device_empty  # only the engine reads the state: device memory on TensorRT
+        self.states = [[[dev((1, *s.shape), dt(s.input)) for _ in range(b)] for s in self.state_specs] for _ in range(2)]
         self.plans: dict[tuple[int, int, int], Plan] = {
             (slot, side, f): self._plan(slot, side, f) for slot in range(b) for side in (0, 1) for f in range(1, w + 1)}
         self.views = {(slot, f): self.pcm[slot][0, : f * spf] for slot in range(b) for f in range(1, w + 1)}
@@ -85,7 +87,7 @@ class VocoderStage:
         self.side[slot] = 0
         self.busy_ms[slot] = 0.0
         for state in self.states[0]:
-            state[slot][...] = 0
+            self.backend.zero(state[slot])
 
     def decode(self, slot: int) -> Window | None:
         """The slot's next window when it is ready (a full chunk, or the tail once the slot is closed)."""

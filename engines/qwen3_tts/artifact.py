@@ -14,11 +14,10 @@ from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
 from engines.onnx import export_graph
-from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, TalkerDecode, TalkerPrefill, load_qwen3_tts
+from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, TalkerStep, load_qwen3_tts
 
 FILES = {
-    "talker_prefill": "talker_prefill.onnx",
-    "talker_decode": "talker_decode.onnx",
+    "talker": "talker.onnx",
     "code_predictor": "code_predictor.onnx",
     "vocoder": "vocoder.onnx",
     "embeddings": "embeddings.safetensors",
@@ -40,8 +39,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
-            "talker_prefill": _export_prefill(talker, out / FILES["talker_prefill"]),
-            "talker_decode": _export_decode(talker, out / FILES["talker_decode"], max_seq),
+            "talker": _export_talker(talker, out / FILES["talker"], max_seq),
             "code_predictor": _export_predictor(predictor, out / FILES["code_predictor"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
@@ -68,29 +66,23 @@ def _sampling_examples(batch: int, vocab: int, code0: bool) -> tuple:
     )
 
 
-def _export_prefill(talker: Talker, path: Path) -> dict:
-    cfg = talker.cfg
-    x = torch.randn(1, 5, cfg.talker.hidden)
-    args = (x, *_sampling_examples(1, cfg.vocab, code0=True))
-    inputs = ["inputs_embeds", *CODE0_INPUTS, *SAMPLING_INPUTS]
-    outputs = ["hidden", "code0", *_kv_names("new", cfg.talker.layers)]
-    seq = torch.export.Dim("T", min=1, max=32768)
-    dynamic = ({1: seq},) + (None,) * 7
-    return export_graph(TalkerPrefill(talker), args, path, inputs, outputs, dynamic)
-
-
-def _export_decode(talker: Talker, path: Path, max_seq: int) -> dict:
+def _export_talker(talker: Talker, path: Path, max_seq: int) -> dict:
+    """One graph for prefill and decode: batch B, new rows T and cache slots P all dynamic."""
     c = talker.cfg.talker
-    b = 2
+    b, t = 2, 3
     cache = []
     for _ in range(c.layers):
-        cache += [torch.zeros(b, c.kv_heads, c.head_dim, max_seq), torch.zeros(b, c.kv_heads, max_seq, c.head_dim)]
-    args = (torch.randn(b, c.hidden), torch.tensor([3, 7]), *_sampling_examples(b, talker.cfg.vocab, code0=True), *cache)
+        cache += [torch.randn(b, c.kv_heads, c.head_dim, max_seq), torch.randn(b, c.kv_heads, max_seq, c.head_dim)]
+    args = (torch.randn(b, t, c.hidden), torch.tensor([3, 7]), *_sampling_examples(b, talker.cfg.vocab, code0=True),
+            *cache)
     inputs = ["inputs_embeds", "positions", *CODE0_INPUTS, *SAMPLING_INPUTS, *_kv_names("past", c.layers)]
     outputs = ["hidden", "code0", *_kv_names("new", c.layers)]
     batch = torch.export.Dim("B", min=1, max=1024)
-    dynamic = ({0: batch},) * 9 + (tuple({0: batch} for _ in cache),)
-    return export_graph(TalkerDecode(talker), args, path, inputs, outputs, dynamic)
+    rows = torch.export.Dim("T", min=1, max=32768)
+    slots = torch.export.Dim("P", min=1, max=32768)
+    past = tuple(({0: batch, 3: slots} if i % 2 == 0 else {0: batch, 2: slots}) for i in range(len(cache)))
+    dynamic = ({0: batch, 1: rows},) + ({0: batch},) * 8 + (past,)
+    return export_graph(TalkerStep(talker), args, path, inputs, outputs, dynamic)
 
 
 def _export_predictor(predictor: CodePredictorFrame, path: Path) -> dict:

@@ -46,7 +46,7 @@ def head_weight(artifact) -> np.ndarray:
     import onnx
     from onnx import numpy_helper
 
-    graph = onnx.load(str(artifact.file("talker_decode"))).graph
+    graph = onnx.load(str(artifact.file("talker"))).graph
     return numpy_helper.to_array(next(i for i in graph.initializer if i.name.endswith("codec_head.weight")))
 
 
@@ -63,21 +63,22 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
     def twin(engine, plan, out_names):
         """A plan of the fp16 engine on the fp32 plan's inputs, with outputs of its own."""
         outs = {n: backend.empty(plan.bindings[n].shape, plan.bindings[n].dtype) for n in out_names}
-        return engine.plan({**{n: b for n, b in plan.bindings.items() if n not in out_names}, **outs}), outs
+        return engine.plan({**{n: b for n, b in plan.bindings.items() if n not in out_names}, **outs},
+                           repeated=False), outs
 
     request = SpeechRequest("q", TEXTS[1], voice="vivian", language="english", sampling=Sampling.greedy(),
                             max_frames=frames)
     member = core.prepare(request, 0)
     prefill32 = t._prefill_plan(member.prompt.prefill_len)
-    prefill_outs = [n for n in prefill32.bindings if n in e16["talker_prefill"].outputs]
-    p16, p_out = twin(e16["talker_prefill"], prefill32, prefill_outs)
+    prefill_outs = [n for n in prefill32.bindings if n in e16["talker"].outputs]
+    p16, p_out = twin(e16["talker"], prefill32, prefill_outs)
     prefill32.run()
     hidden32 = t.prefill_io["hidden"][0].copy()
     p16.run()
     prefill_hidden = np.abs(p_out["hidden"][0] - hidden32).max()
     prefill_logits = np.abs((p_out["hidden"][0] - hidden32) @ w.T).max()
-    decode16, d_out = twin(e16["talker_decode"], t.decode_plans[0], [n for n in t.decode_plans[0].bindings
-                                                                        if n in e16["talker_decode"].outputs])
+    decode16, d_out = twin(e16["talker"], t.decode_plans[0], [n for n in t.decode_plans[0].bindings
+                                                                 if n in e16["talker"].outputs])
     cp32 = t.cp_plans[0]
     cp_in = {n: backend.empty(b.shape, b.dtype) for n, b in cp32.bindings.items() if n in ("hidden", "code0")}
     cp_bind = {**cp32.bindings, **cp_in}
@@ -102,8 +103,8 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
     frames32 = core.frames(member).copy()
     pcm = [vocode(backend, a, engine, frames32) for a, engine in ((a32, core.vocoder.engine), (a16, e16["vocoder"]))]
     backend.close()
-    return {"talker_prefill": f"hidden {prefill_hidden:.1e}, logits {prefill_logits:.1e}",
-            "talker_decode": f"hidden {hidden_d:.1e}, logits {logit_d:.1e}",
+    return {"talker (prefill)": f"hidden {prefill_hidden:.1e}, logits {prefill_logits:.1e}",
+            "talker (decode)": f"hidden {hidden_d:.1e}, logits {logit_d:.1e}",
             "code_predictor": f"codes agree {codes_same}/{codes_all}, codec_sum {sum_d:.1e}",
             "vocoder": f"PCM SNR {snr(*pcm):.1f} dB"}
 

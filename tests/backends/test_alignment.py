@@ -27,7 +27,7 @@ def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, ba
         core.prepare(SpeechRequest(f"r{slot}", "Aligned everywhere.", sampling=Sampling(seed=slot)), slot)
     plans = all_plans(core)
     assert len(plans) > 2 * core.artifact.max_batch
-    engines = [core.talker.decode_engine, core.talker.cp_engine, core.talker.prefill_engine, core.vocoder.engine]
+    engines = [core.talker.engine, core.talker.cp_engine, core.vocoder.engine]
     names = {frozenset([*e.inputs, *e.outputs]) for e in engines}
     for plan in plans:
         assert frozenset(plan.bindings) in names

@@ -88,12 +88,14 @@ def test_plan_checks_every_binding(artifact, backend, predictor):
 
 
 def test_dynamic_prefill_length(artifact, backend):
-    """One prefill engine serves any length up to max_seq; outputs are sized by the binding."""
-    engine = backend.load(artifact.file("talker_prefill"))
+    """The talker engine serves a prefill of any length up to max_seq (one member at position 0 over a
+    one-slot cache the mask hides); outputs are sized by the binding."""
+    engine = backend.load(artifact.file("talker"))
     d = artifact.dims
     for t in (1, 7, 40):
         e = backend.empty
-        bufs = {"inputs_embeds": e((1, t, d.hidden), np.float32), "seen": e((1, d.vocab), np.float32),
+        bufs = {"inputs_embeds": e((1, t, d.hidden), np.float32), "positions": e((1,), np.int64),
+                "seen": e((1, d.vocab), np.float32),
                 "repetition_penalty": e((1,), np.float32), "allow_eos": e((1,), np.bool_),
                 "temperature": e((1,), np.float32), "top_k": e((1,), np.int64), "top_p": e((1,), np.float32),
                 "noise": e((1, d.vocab), np.float32), "hidden": e((1, d.hidden), np.float32), "code0": e((1,), np.int64)}
@@ -101,8 +103,37 @@ def test_dynamic_prefill_length(artifact, backend):
         bufs["repetition_penalty"][:] = 1.0
         bufs["top_p"][:] = 1.0
         for i in range(d.layers):
+            bufs[f"past_keys_{i}"] = e((1, d.kv_heads, d.head_dim, 1), np.float32)
+            bufs[f"past_values_{i}"] = e((1, d.kv_heads, 1, d.head_dim), np.float32)
             bufs[f"new_keys_{i}"] = e((1, d.kv_heads, d.head_dim, t), np.float32)
             bufs[f"new_values_{i}"] = e((1, d.kv_heads, t, d.head_dim), np.float32)
-        engine.plan(bufs).run()
+        engine.plan(bufs, repeated=False).run()
         assert 0 <= bufs["code0"][0] < 2048
         assert np.abs(bufs[f"new_values_{d.layers - 1}"]).sum() > 0
+
+
+def test_copy_and_zero_move_rows_in_and_out_of_device_buffers(backend):
+    """What the talker and the vocoder do with the KV cache and the state, which on TensorRT are device
+    memory the host never touches: a K column and a V row appended, a prefill block copied in, a
+    buffer zeroed; read back through `copy` into host buffers."""
+    rng = np.random.default_rng(3)
+    keys, values = backend.device_empty((2, 3, 8, 16), np.float32), backend.device_empty((2, 3, 16, 8), np.float32)
+    new_k, new_v = backend.empty((2, 3, 8, 1), np.float32), backend.empty((2, 3, 1, 8), np.float32)
+    block = backend.empty((3 * 8 * 4,), np.float32)
+    new_k[...], new_v[...], block[...] = rng.random(new_k.shape), rng.random(new_v.shape), rng.random(block.shape)
+    backend.copy(keys[1, :, :, 5], new_k[1, :, :, 0])
+    backend.copy(values[1, :, 5], new_v[1, :, 0])
+    backend.copy(keys[0, :, :, :4], block.reshape(3, 8, 4))
+    want_k, want_v = np.zeros(keys.shape, np.float32), np.zeros(values.shape, np.float32)
+    want_k[1, :, :, 5], want_v[1, :, 5], want_k[0, :, :, :4] = new_k[1, :, :, 0], new_v[1, :, 0], block.reshape(3, 8, 4)
+    got_k, got_v = backend.empty(keys.shape, np.float32), backend.empty(values.shape, np.float32)
+    backend.copy(got_k, keys)
+    backend.copy(got_v, values)
+    assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v)
+    backend.zero(keys)
+    backend.copy(got_k, keys)
+    assert not got_k.any()
+    with pytest.raises(EngineError, match=r"copy: \[3, 4, 4\] with strides .* is not a 2-D copy"):
+        backend.copy(keys[0, :, :4, :4], block[:48].reshape(3, 4, 4))
+    with pytest.raises(EngineError, match=r"copy: float32\[3, 8\] into float32\[3, 4\]"):
+        backend.copy(keys[0, :, :4, 0], new_k[1, :, :, 0])

@@ -8,8 +8,13 @@ kernels, fp16, speed on an Orin) is for scripts/validate_jetson.sh on a device.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +25,7 @@ from edged.backends import EngineError
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
+ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = [
     SpeechRequest("a", "The first sentence of the batch.", voice="vivian", language="english", max_frames=18),
     SpeechRequest("b", "你好，这是第二句。", voice="eric", language="chinese", max_frames=30),
@@ -45,8 +51,7 @@ def artifact(trt, builtin_artifact, tmp_path):
     out = tmp_path / "art"
     shutil.copytree(builtin_artifact, out)
     plans = build_plans(out, chunk_frames=4, first_chunk_frames=1)
-    assert sorted(p.name for p in plans) == ["code_predictor.plan", "talker_decode.plan", "talker_prefill.plan",
-                                             "vocoder.plan"]
+    assert sorted(p.name for p in plans) == ["code_predictor.plan", "talker.plan", "vocoder.plan"]
     return out
 
 
@@ -58,13 +63,14 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
     assert fake_trt.stack_depth() == 1
     try:
         got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(requests)
-        executions = [e.context.executions for e in trt_backend.engines]
+        executions = [[p.context.executions for p in e.profiles] for e in trt_backend.engines]
     finally:
         trt_backend.close()
     for w, g in zip(want, got):
         assert np.array_equal(w.frames, g.frames), w.id
         assert np.abs(w.pcm - g.pcm).max() <= 1e-5, w.id  # the double runs ONNX Runtime with its own threads
-    assert len(executions) == 4 and min(executions) >= len(REQUESTS)  # every engine ran, through the TensorRT API
+    # every engine ran through the TensorRT API; the talker on both its profiles (prefills, decode steps)
+    assert len(executions) == 3 and min(map(min, executions)) >= len(REQUESTS), executions
 
 
 def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
@@ -72,9 +78,12 @@ def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, ar
     engine = backend.load(load_artifact(artifact).file("code_predictor"))
     buf = backend.empty((4, 8), np.float32)
     allocation = buf.base
+    device = backend.device_empty((4, 8), np.float32)
+    device_allocation = backend.device_memory[0]
     backend.close()
     assert fake_trt.stack_depth() == 0 and backend.cuda_context.detached
-    assert engine.context is None and allocation.freed and not backend.buffers
+    assert not engine.profiles and engine.engine is None and allocation.freed and not backend.buffers
+    assert device_allocation.freed and not backend.device_memory and device.nbytes == 128
     backend.close()  # idempotent: no second pop
     assert fake_trt.stack_depth() == 0
 
@@ -105,27 +114,82 @@ def test_a_stale_plan_is_refused_with_how_to_rebuild(trt, artifact, monkeypatch)
 
 
 def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
-    """The backend checks every setter: a prefill longer than the profile, an address TensorRT refuses."""
+    """A prefill longer than any profile admits, an address TensorRT refuses: errors naming the tensor."""
     a = load_artifact(artifact)
     backend = trt.TrtBackend()
     try:
         synth = Synthesizer(a, backend)
-        talker, d, t = synth.core.talker, a.dims, a.max_seq + 1  # one row more than the profile's maximum
-        binds = {"inputs_embeds": backend.empty((1, t, d.hidden), np.float32), **talker.prefill_io}
+        talker, d, t = synth.core.talker, a.dims, a.max_seq + 1  # one row more than the context profile's maximum
+        binds = {"inputs_embeds": backend.empty((1, t, d.hidden), np.float32), "positions": talker.prefill_position,
+                 **talker.prefill_io}
         for i in range(d.layers):
-            binds[f"new_keys_{i}"] = backend.empty((1, d.kv_heads, d.head_dim, t), np.float32)
-            binds[f"new_values_{i}"] = backend.empty((1, d.kv_heads, t, d.head_dim), np.float32)
-        with pytest.raises(EngineError, match=rf"talker_prefill\.onnx: TensorRT refused shape \[1, {t}, {d.hidden}\] "
-                                              r"for inputs_embeds \(outside the plan's optimization profile"):
-            talker.prefill_engine.plan(binds)
+            binds[f"past_keys_{i}"], binds[f"past_values_{i}"] = talker.no_keys, talker.no_values
+            binds[f"new_keys_{i}"] = backend.device_empty((1, d.kv_heads, d.head_dim, t), np.float32)
+            binds[f"new_values_{i}"] = backend.device_empty((1, d.kv_heads, t, d.head_dim), np.float32)
+        with pytest.raises(EngineError, match=rf"talker\.onnx: no optimization profile of the plan admits "
+                                              rf"inputs_embeds \[1, {t}, {d.hidden}\], positions \[1\]"):
+            talker.engine.plan(binds, repeated=False)
         plan = synth.core.talker.cp_plans[0]
         plan._addresses = [(n, addr + 16) if n == "hidden" else (n, addr) for n, addr in plan._addresses]
-        plan._engine.current = None
         with pytest.raises(EngineError, match=r"code_predictor\.onnx: TensorRT refused address 0x[0-9a-f]+ for hidden "
                                               r"\(tensor addresses must be 256-byte aligned\)"):
-            plan.run()
+            plan.bind()
     finally:
         backend.close()
+
+
+def test_state_lives_in_device_memory_and_steps_replay_cuda_graphs(trt, artifact):
+    """The KV cache, the new K/V rows and the vocoder state are device memory (the double maps it
+    PROT_NONE, so a host read or write would have crashed the synthesis above); every step plan was
+    captured at boot as a CUDA graph and steps launch graphs; a prefill plan is enqueued, not captured."""
+    a = load_artifact(artifact)
+    backend = trt.TrtBackend()
+    try:
+        synth = Synthesizer(a, backend)
+        talker, vocoder = synth.core.talker, synth.core.vocoder
+        device = [*talker.keys, *talker.values, *talker.new_keys, *talker.new_values, *talker.prefill_keys,
+                  *talker.prefill_values, *(x for side in vocoder.states for state in side for x in state)]
+        assert all(isinstance(trt._allocation(x)[0], ctypes.Array) for x in device)
+        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.codes, *vocoder.pcm]
+        assert not any(isinstance(trt._allocation(x)[0], ctypes.Array) for x in host)
+        step_plans = [*talker.decode_plans, *talker.cp_plans, *vocoder.plans.values()]
+        assert all(p._graph is not None for p in step_plans)
+        assert talker._prefill_plan(9)._graph is None
+        libcuda = sys.modules["edged.backends.cuda_graph"].driver()
+        before = libcuda.launches
+        synth.synthesize([SpeechRequest("g", "Graphs replayed per step.", sampling=Sampling.greedy(), max_frames=10)])
+        assert libcuda.launches - before >= 2 * 10  # a code-predictor and a decode graph per frame, at least
+    finally:
+        backend.close()
+    assert not libcuda.execs and not libcuda.graphs  # every graph destroyed on close
+
+
+def test_a_failed_capture_is_logged_and_the_plan_enqueued(trt, artifact, backend, caplog):
+    libcuda = sys.modules["edged.backends.cuda_graph"].driver()
+    libcuda.cuStreamBeginCapture_v2 = lambda stream, mode: 900
+    request = [SpeechRequest("f", "No graphs today.", sampling=Sampling.greedy(), max_frames=12)]
+    want = Synthesizer(load_artifact(artifact), backend).synthesize(request)[0]
+    trt_backend = trt.TrtBackend()
+    try:
+        with caplog.at_level("WARNING", logger="edged.tensorrt"):
+            got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(request)[0]
+    finally:
+        trt_backend.close()
+    assert np.array_equal(want.frames, got.frames)
+    assert "no CUDA graph for a plan (cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900))" \
+        in caplog.text
+
+
+def test_the_host_cannot_touch_device_memory():
+    """The double's device memory is what the device's is to the host: touching it kills the process."""
+    code = ("import sys; sys.path.insert(0, 'tests/support'); import fake_trt, numpy as np, ctypes\n"
+            "a = fake_trt.mem_alloc(4096)\n"
+            "x = np.frombuffer((ctypes.c_byte * 4096).from_address(int(a)), dtype=np.uint8)\n"
+            "fake_trt.memset_d8(int(a), 7, 4096)\n"
+            "print('memset ok', flush=True)\n"
+            "print(int(x[0]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == "memset ok\n" and done.returncode == -signal.SIGSEGV, (done.stdout, done.stderr)
 
 
 def test_the_doubles_keep_the_contracts(trt, artifact):
@@ -140,6 +204,23 @@ def test_the_doubles_keep_the_contracts(trt, artifact):
     assert not ctx.set_input_shape("hidden", (2, 65))
     assert "code0" in ctx.infer_shapes()
     assert not ctx.execute_async_v3(0)  # no current context, unset tensors
+    assert engine.num_optimization_profiles == 1 and not ctx.set_optimization_profile_async(1, 0)
+    stream, graph = fake_trt.Stream(), ctypes.c_void_p()
+    fake_trt.Context().push()
+    try:
+        for name in ctx.infer_shapes():
+            assert ctx.set_input_shape(name, [2, *engine.get_tensor_shape(name)[1:]])
+        for i in range(engine.num_io_tensors):
+            assert ctx.set_tensor_address(engine.get_tensor_name(i), 256 * (i + 1))
+        libcuda = fake_trt.Driver()
+        assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream.handle), 1) == 0
+        assert not ctx.execute_async_v3(stream.handle)  # never enqueued with these bindings: no capture
+        with pytest.raises(RuntimeError, match="STREAM_CAPTURE_UNSUPPORTED"):
+            stream.synchronize()
+        assert libcuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(graph)) == 0
+        assert libcuda.graphs[graph.value] == []
+    finally:
+        fake_trt.Context.pop()
     with pytest.raises(RuntimeError, match="no current context"):
         fake_trt.Context.pop()
 

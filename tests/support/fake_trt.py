@@ -6,23 +6,34 @@ What they enforce, as the real libraries do:
   dim); `set_tensor_address` returns False for an address that is not 256-byte aligned;
   `infer_shapes()` lists inputs without a shape; `execute_async_v3` fails (False) unless every
   input has a shape and every tensor an address, and only while the CUDA context is current.
+- Profiles: an engine has the optimization profiles it was built with; a context runs the one set by
+  `set_optimization_profile_async`, and only shapes inside it are accepted.
 - pycuda: contexts are a per-thread stack; a backend that pushes must pop before it goes
   (`stack_depth()` lets a test check the balance that pycuda checks at exit); page-locked buffers
-  are page-aligned and have a device pointer distinct from their host address.
+  are page-aligned and have a device pointer distinct from their host address. Device memory
+  (`mem_alloc`) is mapped PROT_NONE: a host read or write of it crashes the process, as it would on
+  the device; only engines, `Memcpy2D` (pitch >= width) and `memset_d8*` reach it.
+- CUDA graphs (the driver API that `edged.backends.cuda_graph` calls through ctypes): work enqueued on
+  a capturing stream is recorded with the shapes and addresses bound at that moment, not run; a
+  TensorRT enqueue may be captured only after an ordinary enqueue with the same bindings (TensorRT's
+  rule); a stream cannot be synchronized while it captures; a launch replays the recorded work.
 - A deserialized engine runs the ONNX graph it was built from on ONNX Runtime (CPU), reading and
   writing the bound buffers through their device addresses, so results can be compared with the
   ONNX Runtime backend's.
 
-`install(monkeypatch)` puts them in `sys.modules` as `tensorrt`, `pycuda` and `pycuda.driver`.
+`install(monkeypatch)` puts them in `sys.modules` as `tensorrt`, `pycuda` and `pycuda.driver`, and
+the driver double in place of libcuda.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import json
 import sys
 import threading
 import types
+from contextlib import contextmanager
 
 import numpy as np
 import onnxruntime as ort
@@ -75,12 +86,193 @@ class Device:
         return Context()
 
 
+_streams: dict[int, Stream] = {}
+
+
 class Stream:
     def __init__(self) -> None:
         self.handle = id(self)
+        self.captured: list | None = None  # the work recorded while capturing
+        _streams[self.handle] = self
 
     def synchronize(self) -> None:
-        pass
+        if self.captured is not None:
+            raise RuntimeError("cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+
+    def enqueue(self, work) -> None:
+        """Run `work` now, or record it while the stream captures."""
+        if self.captured is not None:
+            self.captured.append(work)
+        else:
+            with device_access():
+                work()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+PROT_NONE, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS = 0, 3, 0x22
+_device: list[DeviceAllocation] = []
+_access_depth = [0]
+
+
+class DeviceAllocation:
+    """`cuda.mem_alloc`: memory the host cannot touch (mapped PROT_NONE but while a device op runs)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.size = -(-max(nbytes, 1) // 4096) * 4096
+        self.ptr = _libc.mmap(None, self.size, PROT_NONE, MAP_PRIVATE_ANONYMOUS, -1, 0)
+        if self.ptr in (None, ctypes.c_void_p(-1).value):
+            raise MemoryError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
+        self.freed = False
+        host = np.frombuffer((ctypes.c_byte * self.size).from_address(self.ptr), dtype=np.uint8)
+        _allocations.append((self.ptr, self.ptr + self.size, host))
+        _device.append(self)
+
+    def __int__(self) -> int:
+        if self.freed:
+            raise RuntimeError("use of a freed device allocation")
+        return self.ptr
+
+    def free(self) -> None:
+        if self.freed:
+            raise RuntimeError("cuMemFree failed: double free")
+        self.freed = True
+        _allocations[:] = [a for a in _allocations if a[0] != self.ptr]
+        _device.remove(self)
+        _libc.munmap(self.ptr, self.size)
+
+
+def mem_alloc(nbytes: int) -> DeviceAllocation:
+    return DeviceAllocation(nbytes)
+
+
+@contextmanager
+def device_access():
+    """What the device does may touch device memory: unprotect it for the duration."""
+    if _access_depth[0] == 0:
+        for a in _device:
+            _libc.mprotect(a.ptr, a.size, PROT_READ_WRITE)
+    _access_depth[0] += 1
+    try:
+        yield
+    finally:
+        _access_depth[0] -= 1
+        if _access_depth[0] == 0:
+            for a in _device:
+                _libc.mprotect(a.ptr, a.size, PROT_NONE)
+
+
+def memset_d8(dest: int, data: int, size: int) -> None:
+    with device_access():
+        device_view(int(dest), (size,), np.dtype(np.uint8))[...] = data
+
+
+def memset_d8_async(dest: int, data: int, size: int, stream: Stream | None = None) -> None:
+    view = device_view(int(dest), (size,), np.dtype(np.uint8))  # an illegal address fails at the call
+    if stream is None:
+        raise RuntimeError("the backend's work belongs on its stream")
+
+    def work() -> None:
+        view[...] = data
+    stream.enqueue(work)
+
+
+class Memcpy2D:
+    """cuMemcpy2DAsync between device addresses (device or mapped pinned memory)."""
+
+    def __init__(self) -> None:
+        self.src_pitch = self.dst_pitch = self.width_in_bytes = self.height = 0
+        self.src = self.dst = None
+
+    def set_src_device(self, address: int) -> None:
+        self.src = int(address)
+
+    def set_dst_device(self, address: int) -> None:
+        self.dst = int(address)
+
+    def __call__(self, stream: Stream) -> None:
+        w, h = self.width_in_bytes, self.height
+        if self.src is None or self.dst is None or w <= 0 or h <= 0 or self.src_pitch < w or self.dst_pitch < w:
+            raise RuntimeError("cuMemcpy2DAsync failed: CUDA_ERROR_INVALID_VALUE")
+        if not isinstance(stream, Stream):
+            raise RuntimeError("the backend's work belongs on its stream")
+        src = device_view(self.src, ((h - 1) * self.src_pitch + w,), np.dtype(np.uint8))
+        dst = device_view(self.dst, ((h - 1) * self.dst_pitch + w,), np.dtype(np.uint8))
+        src_rows = np.lib.stride_tricks.as_strided(src, (h, w), (self.src_pitch, 1))
+        dst_rows = np.lib.stride_tricks.as_strided(dst, (h, w), (self.dst_pitch, 1))
+
+        def work() -> None:
+            dst_rows[...] = src_rows
+        stream.enqueue(work)
+
+
+# ----------------------------------------------------------------------------------------- CUDA driver (graphs)
+
+
+class Driver:
+    """libcuda's graph calls as `edged.backends.cuda_graph` makes them (ctypes handles, byref outs)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[int, list] = {}
+        self.execs: dict[int, list] = {}
+        self.launches = 0
+        self._next = 1
+
+    def _handle(self) -> int:
+        self._next += 1
+        return self._next << 8
+
+    @staticmethod
+    def _stream(handle) -> Stream | None:
+        return _streams.get(getattr(handle, "value", handle))
+
+    def cuStreamBeginCapture_v2(self, stream, mode: int) -> int:
+        s = self._stream(stream)
+        if s is None or s.captured is not None or current() is None:
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        s.captured = []
+        return 0
+
+    def cuStreamEndCapture(self, stream, graph_out) -> int:
+        s = self._stream(stream)
+        if s is None or s.captured is None:
+            return 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        handle = self._handle()
+        self.graphs[handle], s.captured = s.captured, None
+        graph_out._obj.value = handle
+        return 0
+
+    def cuGraphInstantiateWithFlags(self, exec_out, graph, flags: int) -> int:
+        work = self.graphs.get(getattr(graph, "value", graph))
+        if work is None:
+            return 400  # CUDA_ERROR_INVALID_HANDLE
+        handle = self._handle()
+        self.execs[handle] = list(work)
+        exec_out._obj.value = handle
+        return 0
+
+    def cuGraphLaunch(self, graph_exec, stream) -> int:
+        work, s = self.execs.get(getattr(graph_exec, "value", graph_exec)), self._stream(stream)
+        if work is None or s is None or current() is None:
+            return 400
+        for item in work:
+            s.enqueue(item)
+        self.launches += 1
+        return 0
+
+    def cuGraphExecDestroy(self, graph_exec) -> int:
+        return 0 if self.execs.pop(getattr(graph_exec, "value", graph_exec), None) is not None else 400
+
+    def cuGraphDestroy(self, graph) -> int:
+        return 0 if self.graphs.pop(getattr(graph, "value", graph), None) is not None else 400
+
+    def cuGetErrorName(self, result: int, name_out) -> int:
+        name_out._obj.value = {1: b"CUDA_ERROR_INVALID_VALUE", 400: b"CUDA_ERROR_INVALID_HANDLE",
+                               900: b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"}.get(result, b"CUDA_ERROR_UNKNOWN")
+        return 0
 
 
 class HostAllocation(bytearray):
@@ -174,6 +366,7 @@ class BuilderFlag(enum.Enum):
 class MemoryPoolType(enum.Enum):
     WORKSPACE = "workspace"
     TACTIC_SHARED_MEMORY = "tactic_shared_memory"
+    TACTIC_DRAM = "tactic_dram"
 
 
 class _Tensor:
@@ -255,17 +448,18 @@ class Builder:
 
     def build_serialized_network(self, network: _Network, config: _Config) -> bytes:
         dynamic = [t.name for t in network.inputs if any(d < 0 for d in t.shape)]
-        profile = config.profiles[0].shapes if config.profiles else {}
-        missing = [n for n in dynamic if n not in profile]
-        if missing:
-            raise RuntimeError(f"no optimization profile for dynamic inputs {missing}")
-        return json.dumps({"onnx": network.onnx_path, "profile": profile}).encode()
+        profiles = [p.shapes for p in config.profiles] or [{}]
+        for i, profile in enumerate(profiles):
+            missing = [n for n in dynamic if n not in profile]
+            if missing:
+                raise RuntimeError(f"optimization profile {i} has no shapes for dynamic inputs {missing}")
+        return json.dumps({"onnx": network.onnx_path, "profiles": profiles}).encode()
 
 
 class ICudaEngine:
     def __init__(self, spec: dict) -> None:
         self.session = ort.InferenceSession(spec["onnx"], providers=["CPUExecutionProvider"])
-        self.profile = spec["profile"]
+        self.profiles = spec["profiles"]
         self.io = [(i, TensorIOMode.INPUT) for i in self.session.get_inputs()] + \
                   [(o, TensorIOMode.OUTPUT) for o in self.session.get_outputs()]
 
@@ -288,6 +482,18 @@ class ICudaEngine:
     def get_tensor_mode(self, name: str) -> TensorIOMode:
         return self._node(name)[1]
 
+    @property
+    def num_optimization_profiles(self) -> int:
+        return len(self.profiles)
+
+    def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[list[int]]:
+        node, mode = self._node(name)
+        if mode is not TensorIOMode.INPUT or not 0 <= profile_index < len(self.profiles):
+            raise RuntimeError(f"get_tensor_profile_shape: no input {name} in profile {profile_index}")
+        if name in self.profiles[profile_index]:
+            return [list(x) for x in self.profiles[profile_index][name]]
+        return [self.get_tensor_shape(name)] * 3
+
     def create_execution_context(self) -> IExecutionContext:
         return IExecutionContext(self)
 
@@ -298,6 +504,15 @@ class IExecutionContext:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.executions = 0
+        self.profile = 0
+        self.warm: tuple | None = None  # the bindings of the last ordinary enqueue
+
+    def set_optimization_profile_async(self, index: int, stream_handle: int) -> bool:
+        if not 0 <= index < len(self.engine.profiles):
+            return False
+        self.profile = index
+        self.shapes.clear()
+        return True
 
     def set_input_shape(self, name: str, shape) -> bool:
         node, mode = self.engine._node(name)
@@ -306,8 +521,9 @@ class IExecutionContext:
             return False
         if any(s >= 0 and s != d for s, d in zip(static, shape)):
             return False
-        if name in self.engine.profile:
-            lo, _, hi = self.engine.profile[name]
+        profile = self.engine.profiles[self.profile]
+        if name in profile:
+            lo, _, hi = profile[name]
             if any(not a <= d <= c for a, d, c in zip(lo, shape, hi)):
                 return False
         self.shapes[name] = tuple(int(d) for d in shape)
@@ -324,17 +540,27 @@ class IExecutionContext:
         return [node.name for node, mode in self.engine.io if mode is TensorIOMode.INPUT and node.name not in self.shapes]
 
     def execute_async_v3(self, stream_handle: int) -> bool:
-        if current() is None or self.infer_shapes() or len(self.addresses) < len(self.engine.io):
+        stream = _streams.get(stream_handle)
+        if stream is None or current() is None or self.infer_shapes() or len(self.addresses) < len(self.engine.io):
             return False
-        feeds = {}
-        for node, mode in self.engine.io:
-            if mode is TensorIOMode.INPUT:
-                dtype = np.dtype(nptype(ORT_TYPES[node.type]))
-                feeds[node.name] = device_view(self.addresses[node.name], self.shapes[node.name], dtype).copy()
-        outputs = self.engine.session.run(None, feeds)
-        for (node, _), value in zip([io for io in self.engine.io if io[1] is TensorIOMode.OUTPUT], outputs):
-            device_view(self.addresses[node.name], value.shape, value.dtype)[...] = value
-        self.executions += 1
+        bound = (tuple(sorted(self.shapes.items())), tuple(sorted(self.addresses.items())))
+        if stream.captured is not None and self.warm != bound:
+            return False  # TensorRT: enqueue once, outside capture, before capturing these bindings
+        if stream.captured is None:
+            self.warm = bound
+        shapes, addresses = dict(self.shapes), dict(self.addresses)
+
+        def work() -> None:
+            feeds = {}
+            for node, mode in self.engine.io:
+                if mode is TensorIOMode.INPUT:
+                    dtype = np.dtype(nptype(ORT_TYPES[node.type]))
+                    feeds[node.name] = device_view(addresses[node.name], shapes[node.name], dtype).copy()
+            outputs = self.engine.session.run(None, feeds)
+            for (node, _), value in zip([io for io in self.engine.io if io[1] is TensorIOMode.OUTPUT], outputs):
+                device_view(addresses[node.name], value.shape, value.dtype)[...] = value
+            self.executions += 1
+        stream.enqueue(work)
         return True
 
 
@@ -361,7 +587,8 @@ def install(monkeypatch) -> types.SimpleNamespace:
                  "IExecutionContext"):
         setattr(trt, name, getattr(this, name))
     driver = types.ModuleType("pycuda.driver")
-    for name in ("init", "Device", "Context", "Stream", "pagelocked_zeros", "host_alloc_flags"):
+    for name in ("init", "Device", "Context", "Stream", "pagelocked_zeros", "host_alloc_flags", "mem_alloc",
+                 "memset_d8", "memset_d8_async", "Memcpy2D"):
         setattr(driver, name, getattr(this, name))
     pycuda = types.ModuleType("pycuda")
     pycuda.driver = driver  # type: ignore[attr-defined]
@@ -369,4 +596,8 @@ def install(monkeypatch) -> types.SimpleNamespace:
     monkeypatch.setitem(sys.modules, "pycuda", pycuda)
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
     monkeypatch.delitem(sys.modules, "edged.backends.tensorrt", raising=False)
-    return types.SimpleNamespace(trt=trt, driver=driver)
+    from edged.backends import cuda_graph
+
+    libcuda = Driver()
+    monkeypatch.setattr(cuda_graph, "driver", lambda: libcuda)
+    return types.SimpleNamespace(trt=trt, driver=driver, libcuda=libcuda)

@@ -1,8 +1,8 @@
 """The Qwen3 decoder layers the talker families share, written for export.
 
 RMSNorm, rotary embeddings, grouped-query attention (whole causal prompts, and new rows over a
-runtime-owned cache whose keys are stored transposed), the SwiGLU MLP, and a stack of blocks whose
-weights are named as in the checkpoints (`layers.*`, `norm`). Text-only inputs give three equal
+runtime-owned cache whose keys are stored transposed), the SwiGLU MLP or a mixture of experts, and a
+stack of blocks whose weights are named as in the checkpoints (`layers.*`, `norm`). Text-only inputs give three equal
 M-RoPE position rows, so the interleaved multimodal RoPE of the references is plain 1-D RoPE here.
 """
 
@@ -142,11 +142,55 @@ class MLP(nn.Module):
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+@dataclass(frozen=True)
+class MoEConfig:
+    """A sparse mixture-of-experts MLP with a gated shared expert (Qwen3-Omni's talker)."""
+
+    experts: int
+    top_k: int
+    expert_width: int
+    shared_width: int
+    norm_topk_prob: bool
+
+
+class MoE(nn.Module):
+    """Router softmax over all experts, the top-k kept (renormalized when `norm_topk_prob`), plus the
+    shared expert scaled by a sigmoid gate; weights named as in the checkpoints (`gate`,
+    `experts.{e}.*_proj`, `shared_expert.*`, `shared_expert_gate`).
+
+    Written for export in dense form: every expert runs and the routing weights are zero outside the
+    top k (a mask at the k-th largest probability), so the graph is MatMuls, TopK and elementwise
+    ops that any backend builds, with static shapes and no data-dependent gathers."""
+
+    def __init__(self, c: StackConfig, m: MoEConfig):
+        super().__init__()
+        self.m = m
+        self.gate = nn.Linear(c.hidden, m.experts, bias=False)
+        self.experts = nn.ModuleList(
+            MLP(StackConfig(**{**c.__dict__, "intermediate": m.expert_width})) for _ in range(m.experts))
+        self.shared_expert = MLP(StackConfig(**{**c.__dict__, "intermediate": m.shared_width}))
+        self.shared_expert_gate = nn.Linear(c.hidden, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(self.gate(x).float(), dim=-1)  # [..., E]
+        kth = torch.topk(probs, self.m.top_k, dim=-1).values[..., -1:]
+        weights = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        if self.m.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        gate = torch.cat([e.gate_proj.weight for e in self.experts], dim=0)  # [E*I, H]
+        up = torch.cat([e.up_proj.weight for e in self.experts], dim=0)
+        down = torch.cat([e.down_proj.weight for e in self.experts], dim=1)  # [H, E*I]
+        act = nn.functional.silu(nn.functional.linear(x, gate)) * nn.functional.linear(x, up)  # [..., E*I]
+        act = (act.unflatten(-1, (self.m.experts, self.m.expert_width)) * weights.unsqueeze(-1)).flatten(-2)
+        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return nn.functional.linear(act, down) + shared
+
+
 class Block(nn.Module):
-    def __init__(self, c: StackConfig):
+    def __init__(self, c: StackConfig, moe: MoEConfig | None = None):
         super().__init__()
         self.self_attn = Attention(c)
-        self.mlp = MLP(c)
+        self.mlp = MLP(c) if moe is None else MoE(c, moe)
         self.input_layernorm = RMSNorm(c.hidden, c.rms_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
 
@@ -158,10 +202,10 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """Layers + final norm; weights named as in the checkpoint under `<prefix>.layers.*`."""
 
-    def __init__(self, c: StackConfig):
+    def __init__(self, c: StackConfig, moe: MoEConfig | None = None):
         super().__init__()
         self.c = c
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.layers = nn.ModuleList(Block(c, moe) for _ in range(c.layers))
         self.norm = RMSNorm(c.hidden, c.rms_eps)
 
     def causal(self, x, positions, past=None):

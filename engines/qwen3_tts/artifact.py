@@ -14,7 +14,8 @@ from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
 from engines.onnx import export_graph
-from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, TalkerStep, load_qwen3_tts
+from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, load_qwen3_tts
+from engines.talker import TalkerStep
 
 FILES = {
     "talker": "talker.onnx",

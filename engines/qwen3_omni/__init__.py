@@ -1,0 +1,16 @@
+"""Qwen3-Omni (transformers' `qwen3_omni_moe`): its MoE talker and residual code predictor
+(`model`) and tiny random checkpoints made with the library's own classes (`tiny`). The artifact
+export, the streaming code2wav and the `segments` prompt layout come next (docs/qwen3-omni.md says
+what the reference does). Torch and transformers are imported when a function is called, not here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAME = "qwen3_omni"
+
+
+def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
+    from engines.qwen3_omni.tiny import build_tiny as run
+
+    return run(out, seed, variant)

@@ -1,0 +1,86 @@
+"""Tiny random Qwen3-Omni checkpoints, made with transformers' own classes (no hub).
+
+The token ids are the real checkpoint's (the thinker's vocabulary keeps its 152064 rows, so real
+tokenizer ids work); every width is tiny. The shape variants differ in experts, layers and code
+groups. Random init leaves code2wav's SnakeBeta and LayerScale near zero, which would make its
+waveform ~1e-8; they are redrawn so PCM comparisons mean something. Deterministic from the seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+VARIANTS = [
+    # talker layers, experts, top-k, code groups, code predictor layers
+    dict(layers=2, experts=4, top_k=2, groups=16, cp_layers=1),
+    dict(layers=3, experts=8, top_k=3, groups=8, cp_layers=2),
+    dict(layers=1, experts=6, top_k=1, groups=4, cp_layers=1),
+]
+TOKENS = dict(audio_token_id=151675, image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+              audio_start_token_id=151669, position_id_per_seconds=13)
+CODEC = dict(codec_bos_id=2149, codec_eos_token_id=2150, codec_pad_id=2148, codec_nothink_id=2155,
+             codec_think_bos_id=2156, codec_think_eos_id=2157,
+             speaker_id={"chelsie": 2301, "ethan": 2302, "aiden": 2303})
+
+
+def mrope(head_dim: int) -> dict:
+    """Interleaved multimodal RoPE sections summing to head_dim / 2 (text positions make it 1-D RoPE)."""
+    half = head_dim // 2
+    return {"rope_type": "default", "mrope_section": [half - 2 * (half // 4), half // 4, half // 4], "interleaved": True}
+
+
+def tiny_config(variant: int = 0):
+    from transformers import Qwen3OmniMoeConfig
+
+    v = VARIANTS[variant]
+    decoder = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=1000000,
+                   rope_scaling=mrope(8), norm_topk_prob=True)
+    return Qwen3OmniMoeConfig(
+        thinker_config=dict(
+            audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=16,
+                              output_dim=32, downsample_hidden_size=8, num_mel_bins=128, n_window=50,
+                              n_window_infer=800),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                               deepstack_visual_indexes=[0], num_position_embeddings=16),
+            text_config=dict(decoder, vocab_size=152064, intermediate_size=64, num_hidden_layers=2, num_experts=4,
+                             num_experts_per_tok=2, moe_intermediate_size=16),
+            audio_end_token_id=151670, vision_end_token_id=151653, seconds_per_chunk=2, **TOKENS),
+        talker_config=dict(
+            text_config=dict(decoder, vocab_size=3072, intermediate_size=48, num_hidden_layers=v["layers"],
+                             num_experts=v["experts"], num_experts_per_tok=v["top_k"], moe_intermediate_size=16,
+                             shared_expert_intermediate_size=24),
+            code_predictor_config=dict(vocab_size=2048, hidden_size=32, intermediate_size=48,
+                                       num_hidden_layers=v["cp_layers"], num_attention_heads=4, num_key_value_heads=2,
+                                       head_dim=8, num_code_groups=v["groups"], rope_theta=1000000),
+            num_code_groups=v["groups"], thinker_hidden_size=32, accept_hidden_layer=1, spatial_merge_size=2,
+            **CODEC, **TOKENS),
+        code2wav_config=dict(codebook_size=2048, num_quantizers=v["groups"], hidden_size=32, intermediate_size=48,
+                             num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4, sliding_window=72,
+                             upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32),
+    )
+
+
+def build_model(seed: int, variant: int = 0):
+    """The tiny Qwen3OmniMoeForConditionalGeneration itself (eager attention, eval mode)."""
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    if not 0 <= variant < len(VARIANTS):
+        raise ValueError(f"qwen3_omni tiny variant must be 0..{len(VARIANTS) - 1}, got {variant}")
+    torch.manual_seed(seed)
+    cfg = tiny_config(variant)
+    cfg._attn_implementation = "eager"
+    model = Qwen3OmniMoeForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("code2wav.") and name.endswith((".alpha", ".beta")):
+                p.normal_(0, 0.1)
+            elif name.startswith("code2wav.") and name.endswith((".gamma", "layer_scale.scale")):
+                p.normal_(0.5, 0.1)
+    return model
+
+
+def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
+    out = Path(out)
+    build_model(seed, variant).save_pretrained(out)
+    return out

@@ -132,11 +132,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, c: StackConfig):
+    """SwiGLU: down(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, hidden: int, intermediate: int):
         super().__init__()
-        self.gate_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
-        self.up_proj = nn.Linear(c.hidden, c.intermediate, bias=False)
-        self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -166,9 +168,8 @@ class MoE(nn.Module):
         super().__init__()
         self.m = m
         self.gate = nn.Linear(c.hidden, m.experts, bias=False)
-        self.experts = nn.ModuleList(
-            MLP(StackConfig(**{**c.__dict__, "intermediate": m.expert_width})) for _ in range(m.experts))
-        self.shared_expert = MLP(StackConfig(**{**c.__dict__, "intermediate": m.shared_width}))
+        self.experts = nn.ModuleList(MLP(c.hidden, m.expert_width) for _ in range(m.experts))
+        self.shared_expert = MLP(c.hidden, m.shared_width)
         self.shared_expert_gate = nn.Linear(c.hidden, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,7 +191,7 @@ class Block(nn.Module):
     def __init__(self, c: StackConfig, moe: MoEConfig | None = None):
         super().__init__()
         self.self_attn = Attention(c)
-        self.mlp = MLP(c) if moe is None else MoE(c, moe)
+        self.mlp = MLP(c.hidden, c.intermediate) if moe is None else MoE(c, moe)
         self.input_layernorm = RMSNorm(c.hidden, c.rms_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden, c.rms_eps)
 

@@ -127,20 +127,25 @@ def parity(artifact: Path, backend: str, summary: Summary, label: str, reference
 
 def cuda_graphs(artifact: Path, backend: str, summary: Summary) -> None:
     """The same greedy cohort with step plans replayed as CUDA graphs and enqueued per run: equal frames,
-    and the milliseconds per frame of each, measured side by side."""
+    and each one's talker and vocoder milliseconds per frame (from the step reports), side by side."""
     if backend != "tensorrt":
         summary.add("CUDA graphs", None, "TensorRT only")
         return
-    timed = {}
-    for graphs in (True, False):
-        synthesize(artifact, backend, graphs)  # warm: plans loaded, clocks up
-        t0 = time.perf_counter()
-        results = synthesize(artifact, backend, graphs)
-        timed[graphs] = (results, (time.perf_counter() - t0) * 1e3 / sum(len(r.frames) for r in results))
-    (with_graphs, ms_graphs), (enqueued, ms_enqueued) = timed[True], timed[False]
-    same = all(np.array_equal(a.frames, b.frames) for a, b in zip(with_graphs, enqueued))
-    summary.add("CUDA graphs", same, f"frames equal: {same}; {ms_graphs:.1f} ms per frame with graphs, "
-                                     f"{ms_enqueued:.1f} ms enqueued ({ms_enqueued / ms_graphs:.2f}x), boot included")
+    runs = {graphs: synthesize(artifact, backend, graphs) for graphs in (True, False)}
+    same = all(np.array_equal(a.frames, b.frames) for a, b in zip(runs[True], runs[False]))
+    per_frame = {graphs: stage_ms(results) for graphs, results in runs.items()}
+    (talker_g, vocoder_g), (talker_e, vocoder_e) = per_frame[True], per_frame[False]
+    summary.add("CUDA graphs", same, f"frames equal: {same}; per frame with graphs: talker {talker_g:.1f} ms, vocoder "
+                                     f"{vocoder_g:.1f} ms; enqueued: talker {talker_e:.1f} ms, vocoder {vocoder_e:.1f} ms "
+                                     f"({(talker_e + vocoder_e) / (talker_g + vocoder_g):.2f}x)")
+
+
+def stage_ms(reports: list) -> tuple[float, float]:
+    """Talker and vocoder milliseconds per frame over `reports` (dicts, or results carrying `.report`)."""
+    reports = [getattr(r, "report", r) for r in reports]
+    frames = max(sum(r["frames"] for r in reports), 1)
+    return (sum(r["stages"][0]["step_ms"] for r in reports) / frames,
+            sum(r["stages"][1]["vocoder_ms"] for r in reports) / frames)
 
 
 def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
@@ -177,9 +182,7 @@ def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
         wall = time.perf_counter() - t0
         memory.stop()
         ttfa = sorted(r["first_audio_ms"] for r in reports)
-        frames = sum(r["frames"] for r in reports)
-        talker = sum(r["stages"][0]["step_ms"] for r in reports) / max(frames, 1)
-        vocoder = sum(r["stages"][1]["vocoder_ms"] for r in reports) / max(frames, 1)
+        talker, vocoder = stage_ms(reports)
         prefill = statistics.median(r["stages"][0]["prefill_ms"] for r in reports) if reports else 0
         summary.add("soak", not failures and len(reports) == 4 * requests,
                     f"{len(reports)}/{4 * requests} done in {wall:.1f} s; TTFA p50 {pct(ttfa, 50):.0f} ms, p95 "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import queue
 import threading
 
-import msgpack
 import numpy as np
 import pytest
 import zmq
+from support.wire import pack, speak_header
 
 from edged import protocol
 from edged.client import Audio, Client, RequestRejected, Utterance
@@ -31,15 +31,6 @@ from edged.protocol import (
     decode_reply,
     encode,
 )
-
-
-def pack(header: object) -> list[bytes]:
-    return [msgpack.packb(header, use_bin_type=True)]
-
-
-def speak_header(**extra) -> dict:
-    return {"op": "speak", "id": "r1", "text": "hi", **extra}
-
 
 # --- the client against a fake daemon
 

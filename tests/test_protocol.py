@@ -8,6 +8,7 @@ import dataclasses
 import msgpack
 import numpy as np
 import pytest
+from support.wire import pack, speak_header
 
 from edged import protocol
 from edged.protocol import (
@@ -30,15 +31,6 @@ from edged.protocol import (
     encode,
 )
 from edged.request import Sampling
-
-
-def pack(header: object) -> list[bytes]:
-    return [msgpack.packb(header, use_bin_type=True)]
-
-
-def speak_header(**extra) -> dict:
-    return {"op": "speak", "id": "r1", "text": "hi", **extra}
-
 
 # --- round trips
 

@@ -131,7 +131,7 @@ class TrtEngine(Engine):
         self.stream = stream
         self.cuda_graphs = cuda_graphs
         self.profiles = [Profile(engine, i, stream) for i in range(engine.num_optimization_profiles)]
-        self.plans: list[TrtPlan] = []
+        self.captured: list[TrtPlan] = []  # plans with a CUDA graph, destroyed in release()
         inputs: list[TensorSpec] = []
         outputs: list[TensorSpec] = []
         for i in range(engine.num_io_tensors):
@@ -143,21 +143,22 @@ class TrtEngine(Engine):
 
     def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool) -> Plan:
         inputs = [(n, tuple(b.shape)) for n, b in bindings.items() if n in self.inputs]
-        profile = next((p for p in self.profiles if all(p.admits(self.engine, n, s) for n, s in inputs)), None)
+        dynamic = [(n, s) for n, s in inputs if None in self.inputs[n].shape]  # static inputs fit every profile
+        profile = next((p for p in self.profiles if all(p.admits(self.engine, n, s) for n, s in dynamic)), None)
         if profile is None:
-            shapes = ", ".join(f"{n} {list(s)}" for n, s in inputs)
+            shapes = ", ".join(f"{n} {list(s)}" for n, s in dynamic)
             raise EngineError(f"{self.name}: no optimization profile of the plan admits {shapes} ({REBUILD})")
         plan = TrtPlan(self, profile, inputs, [(n, device_address(b)) for n, b in bindings.items()])
         plan.bind()  # refused shapes or addresses fail here, at boot
         if repeated and self.cuda_graphs:
             plan.capture()
-            self.plans.append(plan)
+            self.captured.append(plan)
         return plan
 
     def release(self) -> None:
-        for plan in self.plans:
+        for plan in self.captured:
             plan.release()
-        self.plans.clear()
+        self.captured.clear()
         self.profiles.clear()
         self.engine = None
 

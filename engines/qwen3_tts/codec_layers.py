@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
+from engines.layers import MLP
+
 if TYPE_CHECKING:
     from engines.qwen3_tts.codec import CodecConfig
 
@@ -286,17 +288,6 @@ class Attention(Stateful):
         return self.o_proj(out)
 
 
-class MLP(nn.Module):
-    def __init__(self, config: CodecConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nnf.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class TransformerLayer(nn.Module):
     def __init__(self, config: CodecConfig):
         super().__init__()
@@ -304,7 +295,7 @@ class TransformerLayer(nn.Module):
         self.self_attn = Attention(config)
         self.self_attn_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size)
         self.mlp_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
 
     def forward(

@@ -241,3 +241,16 @@ def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact
     finally:
         trt_backend.close()
     assert np.array_equal(want.frames, got.frames)
+
+
+def test_validate_jetson_compares_graphs_with_enqueues(trt, artifact):
+    """The device acceptance run's CUDA-graph row, run through the doubles: the same frames both ways."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import validate_jetson
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    summary = validate_jetson.Summary()
+    validate_jetson.cuda_graphs(artifact, "tensorrt", summary)
+    (check, verdict, detail), = summary.rows
+    assert (check, verdict) == ("CUDA graphs", "PASS") and detail.startswith("frames equal: True; per frame with graphs")

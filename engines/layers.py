@@ -162,7 +162,9 @@ class MoE(nn.Module):
 
     Written for export in dense form: every expert runs and the routing weights are zero outside the
     top k (a mask at the k-th largest probability), so the graph is MatMuls, TopK and elementwise
-    ops that any backend builds, with static shapes and no data-dependent gathers."""
+    ops that any backend builds, with static shapes and no data-dependent gathers. The experts'
+    weights are loaded by their checkpoint names, then `pack()` stacks them into the three matrices
+    the forward uses (so the exported graph holds each weight once)."""
 
     def __init__(self, c: StackConfig, m: MoEConfig):
         super().__init__()
@@ -171,6 +173,14 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(MLP(c.hidden, m.expert_width) for _ in range(m.experts))
         self.shared_expert = MLP(c.hidden, m.shared_width)
         self.shared_expert_gate = nn.Linear(c.hidden, 1, bias=False)
+        self.packed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    @torch.no_grad()
+    def pack(self) -> None:
+        """Stack the loaded experts: gate and up [E*I, H], down [H, E*I]."""
+        self.packed = (torch.cat([e.gate_proj.weight for e in self.experts], dim=0),
+                       torch.cat([e.up_proj.weight for e in self.experts], dim=0),
+                       torch.cat([e.down_proj.weight for e in self.experts], dim=1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(self.gate(x).float(), dim=-1)  # [..., E]
@@ -178,9 +188,7 @@ class MoE(nn.Module):
         weights = torch.where(probs >= kth, probs, torch.zeros_like(probs))
         if self.m.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        gate = torch.cat([e.gate_proj.weight for e in self.experts], dim=0)  # [E*I, H]
-        up = torch.cat([e.up_proj.weight for e in self.experts], dim=0)
-        down = torch.cat([e.down_proj.weight for e in self.experts], dim=1)  # [H, E*I]
+        gate, up, down = self.packed
         act = nn.functional.silu(nn.functional.linear(x, gate)) * nn.functional.linear(x, up)  # [..., E*I]
         act = (act.unflatten(-1, (self.m.experts, self.m.expert_width)) * weights.unsqueeze(-1)).flatten(-2)
         shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)

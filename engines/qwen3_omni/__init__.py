@@ -1,7 +1,8 @@
 """Qwen3-Omni (transformers' `qwen3_omni_moe`): its MoE talker and residual code predictor
-(`model`) and tiny random checkpoints made with the library's own classes (`tiny`). The artifact
-export, the streaming code2wav and the `segments` prompt layout come next (docs/qwen3-omni.md says
-what the reference does). Torch and transformers are imported when a function is called, not here."""
+(`model`, exported with `engines.talker`), its code2wav as the shared streaming codec (`codec`) and
+tiny random checkpoints made with the library's own classes (`tiny`). The artifact and the
+`segments` prompt layout come next (docs/qwen3-omni.md says what the reference does). Torch and
+transformers are imported when a function is called, not here."""
 
 from __future__ import annotations
 

@@ -117,6 +117,8 @@ def load_qwen3_omni(checkpoint: Path) -> tuple[Qwen3OmniConfig, OmniTalker, Code
         weights.update({k: v.float() for k, v in load_file(f).items() if k.startswith(wanted)})
     talker = OmniTalker(cfg)
     _load(talker, weights, {"model.": "talker.model.", "codec_head.": "talker.codec_head."})
+    for layer in talker.model.layers:
+        layer.mlp.pack()
     predictor = CodePredictorFrame(PredictorConfig(cfg.talker, cfg.predictor, cfg.vocab, cfg.codebook_size,
                                                    cfg.code_groups))  # type: ignore[arg-type]
     _load(predictor, weights, {

@@ -2,8 +2,9 @@
 
 The token ids are the real checkpoint's (the thinker's vocabulary keeps its 152064 rows, so real
 tokenizer ids work); every width is tiny. The shape variants differ in experts, layers and code
-groups. Random init leaves code2wav's SnakeBeta and LayerScale near zero, which would make its
-waveform ~1e-8; they are redrawn so PCM comparisons mean something. Deterministic from the seed.
+groups. The library's random init leaves code2wav's SnakeBeta and LayerScale near zero and its
+weights at std 0.02, which makes its waveform ~1e-8; they are redrawn (weights at 0.5 / sqrt(fan
+in)) so PCM comparisons mean something. Deterministic from the seed.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def build_model(seed: int, variant: int = 0):
                 p.normal_(0, 0.1)
             elif name.startswith("code2wav.") and name.endswith((".gamma", "layer_scale.scale")):
                 p.normal_(0.5, 0.1)
+            elif name.startswith("code2wav.") and p.dim() >= 2 and "embedding" not in name:
+                p.normal_(0, 0.5 * _fan_in(name, p) ** -0.5)  # the library's std 0.02 all but silences it
     return model
 
 
@@ -84,3 +87,12 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     out = Path(out)
     build_model(seed, variant).save_pretrained(out)
     return out
+
+
+def _fan_in(name: str, p) -> int:
+    """Inputs per output of a Linear / Conv1d weight [out, in, k], or of a ConvTranspose1d weight
+    [in, out, k] (each output sees about in x 2 taps: its kernels are twice the stride)."""
+    if p.dim() == 2:
+        return p.shape[1]
+    transposed = ".upsample." in name and name.endswith(".0.conv.weight") or name.endswith("block.1.conv.weight")
+    return p.shape[0] * 2 if transposed else p.shape[1] * p.shape[2]

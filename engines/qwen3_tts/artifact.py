@@ -13,9 +13,8 @@ import torch
 from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
-from engines.onnx import export_graph
-from engines.qwen3_tts.model import CodePredictorFrame, Qwen3TTSConfig, Talker, load_qwen3_tts
-from engines.talker import TalkerStep
+from engines.qwen3_tts.model import Qwen3TTSConfig, load_qwen3_tts
+from engines.talker import export_predictor, export_talker
 
 FILES = {
     "talker": "talker.onnx",
@@ -24,10 +23,6 @@ FILES = {
     "embeddings": "embeddings.safetensors",
     "tokenizer": "tokenizer.json",
 }
-SAMPLING_INPUTS = ["temperature", "top_k", "top_p", "noise"]
-CODE0_INPUTS = ["seen", "repetition_penalty", "allow_eos"]
-
-
 def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 1024) -> Manifest:
     """Write the artifact for `checkpoint` into `out` and return its manifest."""
     from engines.qwen3_tts.codec_export import export_vocoder
@@ -40,8 +35,8 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
-            "talker": _export_talker(talker, out / FILES["talker"], max_seq),
-            "code_predictor": _export_predictor(predictor, out / FILES["code_predictor"]),
+            "talker": export_talker(talker, out / FILES["talker"], max_seq),
+            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
         save_file(_host_tables(tables), str(out / FILES["embeddings"]))
@@ -52,52 +47,6 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
 
 
 # ----------------------------------------------------------------------------------------- graphs
-
-
-def _kv_names(prefix: str, layers: int) -> list[str]:
-    return [f"{prefix}_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
-
-
-def _sampling_examples(batch: int, vocab: int, code0: bool) -> tuple:
-    torch.manual_seed(0)
-    head = (torch.zeros(batch, vocab), torch.ones(batch), torch.ones(batch, dtype=torch.bool)) if code0 else ()
-    return head + (
-        torch.full((batch,), 0.9), torch.full((batch,), 50, dtype=torch.long),
-        torch.ones(batch), torch.rand(batch, vocab),
-    )
-
-
-def _export_talker(talker: Talker, path: Path, max_seq: int) -> dict:
-    """One graph for prefill and decode: batch B, new rows T and cache slots P all dynamic."""
-    c = talker.cfg.talker
-    b, t = 2, 3
-    cache = []
-    for _ in range(c.layers):
-        cache += [torch.randn(b, c.kv_heads, c.head_dim, max_seq), torch.randn(b, c.kv_heads, max_seq, c.head_dim)]
-    args = (torch.randn(b, t, c.hidden), torch.tensor([3, 7]), *_sampling_examples(b, talker.cfg.vocab, code0=True),
-            *cache)
-    inputs = ["inputs_embeds", "positions", *CODE0_INPUTS, *SAMPLING_INPUTS, *_kv_names("past", c.layers)]
-    outputs = ["hidden", "code0", *_kv_names("new", c.layers)]
-    batch = torch.export.Dim("B", min=1, max=1024)
-    rows = torch.export.Dim("T", min=1, max=32768)
-    slots = torch.export.Dim("P", min=1, max=32768)
-    past = tuple(({0: batch, 3: slots} if i % 2 == 0 else {0: batch, 2: slots}) for i in range(len(cache)))
-    dynamic = ({0: batch, 1: rows},) + ({0: batch},) * 8 + (past,)
-    return export_graph(TalkerStep(talker), args, path, inputs, outputs, dynamic)
-
-
-def _export_predictor(predictor: CodePredictorFrame, path: Path) -> dict:
-    cfg = predictor.cfg
-    b = 2
-    args = (
-        torch.randn(b, cfg.talker.hidden), torch.tensor([5, 9]),
-        torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long), torch.ones(b),
-        torch.rand(b, cfg.code_groups - 1, cfg.codebook_size),
-    )
-    inputs = ["hidden", "code0", *SAMPLING_INPUTS]
-    batch = torch.export.Dim("B", min=1, max=1024)
-    dynamic = ({0: batch},) * 6
-    return export_graph(predictor, args, path, inputs, ["codes", "codec_sum"], dynamic)
 
 
 # ----------------------------------------------------------------------------------------- host side

@@ -93,6 +93,10 @@ class CodecConfig:
     """Hz."""
     decode_upsample_rate: int = 1920
     """Output samples per code frame, as the checkpoint declares it."""
+    front_end: str = "rvq"
+    """"rvq": Qwen3-TTS's codebooks, projections and pre_conv; "embedding": Qwen3-Omni's code2wav,
+    one code_embedding table averaged over the groups, straight into the transformer (latent_dim =
+    hidden_size), and decoder blocks whose transposed convs are cut on the left too."""
 
     def __post_init__(self) -> None:
         if self.samples_per_frame != self.decode_upsample_rate:
@@ -108,10 +112,30 @@ class CodecConfig:
             raise ValueError("decoder_dim must halve evenly through every decoder block")
         if self.sliding_window < 2:
             raise ValueError(f"sliding_window={self.sliding_window} leaves no history to carry")
+        if self.front_end not in ("rvq", "embedding"):
+            raise ValueError(f"front_end={self.front_end!r} is not rvq or embedding")
+        if self.front_end == "embedding" and self.latent_dim != self.hidden_size:
+            raise ValueError("an embedding front end feeds the transformer directly: latent_dim must be hidden_size")
 
     @property
     def samples_per_frame(self) -> int:
         return math.prod(self.upsampling_ratios) * math.prod(self.upsample_rates)
+
+    def block_leads(self) -> list[int]:
+        """Per decoder block, the samples (at its output rate) by which the reference's stream
+        starts later than ours: 0 for Qwen3-TTS; for Qwen3-Omni each block cuts `rate` on the left
+        after upsampling the earlier blocks' cut (8, 45, 184, 555 for rates 8, 5, 4, 3)."""
+        leads, lead = [], 0
+        for rate in self.upsample_rates:
+            lead = (lead * rate + rate) if self.front_end == "embedding" else 0
+            leads.append(lead)
+        return leads
+
+    @property
+    def lead_samples(self) -> int:
+        """Samples at the start of every stream that the reference does not return (the host drops
+        them): the last block's lead."""
+        return self.block_leads()[-1]
 
     @classmethod
     def from_checkpoint(cls, checkpoint_dir: str | Path) -> CodecConfig:
@@ -154,8 +178,13 @@ class Codec(nn.Module):
     def __init__(self, config: CodecConfig):
         super().__init__()
         self.config = config
-        self.quantizer = QuantizerDecoder(config)
-        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
+        if config.front_end == "rvq":
+            self.quantizer = QuantizerDecoder(config)
+            self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
+        else:
+            self.code_embedding = nn.Embedding(config.num_quantizers * config.codebook_size, config.hidden_size)
+            self.register_buffer("code_offset", torch.arange(config.num_quantizers)[None, :, None] * config.codebook_size,
+                                 persistent=False)
         self.pre_transformer = Transformer(config)
         self.upsample = nn.ModuleList(
             nn.ModuleList(
@@ -167,10 +196,13 @@ class Codec(nn.Module):
             for ratio in config.upsampling_ratios
         )
         channels = [config.decoder_dim // 2**i for i in range(len(config.upsample_rates) + 1)]
+        per_frame = [math.prod(config.upsampling_ratios) * math.prod(config.upsample_rates[: i + 1])
+                     for i in range(len(config.upsample_rates))]  # samples per frame after each block
         self.decoder = nn.ModuleList(
             [
                 CausalConv1d(config.latent_dim, channels[0], kernel_size=7),
-                *(DecoderBlock(channels[i], channels[i + 1], rate) for i, rate in enumerate(config.upsample_rates)),
+                *(DecoderBlock(channels[i], channels[i + 1], rate, lead, spf) for i, (rate, lead, spf)
+                  in enumerate(zip(config.upsample_rates, config.block_leads(), per_frame))),
                 SnakeBeta(channels[-1]),
                 CausalConv1d(channels[-1], 1, kernel_size=7),
             ]
@@ -207,15 +239,17 @@ class Codec(nn.Module):
         if len(state) != len(self.state_slots):
             raise ValueError(f"expected {len(self.state_slots)} state tensors, got {len(state)}")
         carry = Carry({(module, kind): s for (_, module, kind, _), s in zip(self.state_slots, state)})
-        x = self.quantizer(codes)  # [B, codebook_dim, F]
-        x = self.pre_conv(x, carry).transpose(1, 2)  # [B, F, latent]
+        if self.config.front_end == "rvq":
+            x = self.pre_conv(self.quantizer(codes), carry).transpose(1, 2)  # [B, F, latent]
+        else:  # the mean of the groups' embeddings
+            x = self.code_embedding(codes.clamp(0, self.config.codebook_size - 1) + self.code_offset).mean(1)
         x = self.pre_transformer(x, start, carry).transpose(1, 2)  # [B, latent, F]
         for upsample, convnext in self.upsample:
             x = convnext(upsample(x, carry), carry)  # [B, latent, F * the ratios so far]
         first, *blocks, snake, last = self.decoder
         x = first(x, carry)
         for block in blocks:
-            x = block(x, carry)
+            x = block(x, carry, start)
         pcm = last(snake(x), carry)  # [B, 1, F * samples_per_frame]
         return pcm.squeeze(1).clamp(-1.0, 1.0), [carry.kept[(module, kind)] for _, module, kind, _ in self.state_slots]
 

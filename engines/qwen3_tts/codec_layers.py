@@ -132,10 +132,18 @@ class ResidualUnit(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """SnakeBeta, upsample by `rate` while halving channels, then three dilated residual units."""
+    """SnakeBeta, upsample by `rate` while halving channels, then three dilated residual units.
 
-    def __init__(self, in_channels: int, out_channels: int, rate: int):
+    `lead` > 0 (Qwen3-Omni's code2wav): the reference cuts its transposed conv's overhang on the
+    left too, so its stream starts `lead` samples (at this block's rate, this block's own cut plus
+    the earlier blocks' upsampled) after ours, with zeros before that start. Zeroing the samples of a
+    stream's global index < lead after the upsample and after every residual unit reproduces it
+    exactly; only a stream's first frame is touched, and the stream's first `lead` samples at the
+    output are the host's to drop (`CodecConfig.lead_samples`)."""
+
+    def __init__(self, in_channels: int, out_channels: int, rate: int, lead: int = 0, samples_per_frame: int = 0):
         super().__init__()
+        self.lead, self.samples_per_frame = lead, samples_per_frame
         self.block = nn.ModuleList(
             [
                 SnakeBeta(in_channels),
@@ -144,11 +152,19 @@ class DecoderBlock(nn.Module):
             ]
         )
 
-    def forward(self, x: torch.Tensor, carry: Carry) -> torch.Tensor:  # [B, C_in, T] -> [B, C_out, T * rate]
+    def forward(self, x: torch.Tensor, carry: Carry, start: torch.Tensor) -> torch.Tensor:
+        """[B, C_in, T] -> [B, C_out, T * rate]; `start` [B]: frames each stream decoded before."""
         snake, upsample, *units = self.block
         x = upsample(snake(x), carry)
+        keep = None
+        if self.lead:
+            index = start[:, None] * self.samples_per_frame + torch.arange(x.shape[-1], device=x.device)  # [B, T']
+            keep = (index >= self.lead).to(x.dtype).unsqueeze(1)  # [B, 1, T']
+            x = x * keep
         for unit in units:
             x = unit(x, carry)
+            if keep is not None:
+                x = x * keep
         return x
 
 
@@ -306,15 +322,17 @@ class TransformerLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """latent_dim -> hidden_size, causal sliding-window layers, final norm, back to latent_dim."""
+    """latent_dim -> hidden_size, causal sliding-window layers, final norm, back to latent_dim (the
+    projections only where the widths differ: Qwen3-TTS)."""
 
     def __init__(self, config: CodecConfig):
         super().__init__()
         self.config = config
-        self.input_proj = nn.Linear(config.latent_dim, config.hidden_size)
+        project = config.front_end == "rvq"  # Qwen3-Omni's transformer is as wide as its conv path
+        self.input_proj = nn.Linear(config.latent_dim, config.hidden_size) if project else nn.Identity()
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
+        self.output_proj = nn.Linear(config.hidden_size, config.latent_dim) if project else nn.Identity()
 
     def forward(self, x: torch.Tensor, start: torch.Tensor, carry: Carry) -> torch.Tensor:
         """[B, F, latent] -> [B, F, latent]; row b's first frame is at position start[b]."""

@@ -59,3 +59,51 @@ def test_the_moe_talker_equals_the_library(tmp_path, variant):
         for w, g in zip(want, got):
             assert w.abs().max() > 0.1 and torch.allclose(w, g, atol=2e-5), (w - g).abs().max()
             assert torch.allclose(reference.codec_head(w), talker.codec_head(g), atol=2e-5)
+
+
+def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
+    """The MoE talker graph (TopK routing mask, every expert as two concatenated matmuls, the gated
+    shared expert) and the code-predictor frame, exported and run on ONNX Runtime: a prefill and a
+    batched decode step give torch's hidden and greedy codes."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from engines.talker import export_predictor, export_talker
+
+    model = build_model(seed=3, variant=1)
+    model.save_pretrained(tmp_path / "ckpt")
+    cfg, talker, predictor, _ = load_qwen3_omni(tmp_path / "ckpt")
+    c, slots = cfg.talker, 32
+    export_talker(talker, tmp_path / "talker.onnx", slots)
+    export_predictor(predictor, tmp_path / "code_predictor.onnx")
+    step = TalkerStep(talker).eval()
+    rng = np.random.default_rng(0)
+    for b, t, position, past in ((1, 7, 0, 1), (3, 1, 5, slots)):
+        feeds = {
+            "inputs_embeds": rng.standard_normal((b, t, c.hidden), dtype=np.float32),
+            "positions": np.full(b, position, dtype=np.int64), "seen": np.zeros((b, cfg.vocab), np.float32),
+            "repetition_penalty": np.full(b, 1.05, np.float32), "allow_eos": np.ones(b, dtype=bool),
+            "temperature": np.zeros(b, np.float32), "top_k": np.zeros(b, np.int64), "top_p": np.ones(b, np.float32),
+            "noise": rng.random((b, cfg.vocab), dtype=np.float32),
+        }
+        for i in range(c.layers):
+            feeds[f"past_keys_{i}"] = rng.standard_normal((b, c.kv_heads, c.head_dim, past), dtype=np.float32)
+            feeds[f"past_values_{i}"] = rng.standard_normal((b, c.kv_heads, past, c.head_dim), dtype=np.float32)
+        session = ort.InferenceSession(str(tmp_path / "talker.onnx"), providers=["CPUExecutionProvider"])
+        hidden, code0 = session.run(["hidden", "code0"], feeds)
+        with torch.no_grad():
+            want_hidden, want_code0, *_ = run_feeds(step, feeds)
+        assert np.abs(hidden - want_hidden.numpy()).max() < 1e-4 and np.array_equal(code0, want_code0.numpy())
+    g = cfg.code_groups
+    feeds = {"hidden": rng.standard_normal((2, c.hidden), dtype=np.float32), "code0": np.array([5, 900]),
+             "temperature": np.zeros(2, np.float32), "top_k": np.zeros(2, np.int64), "top_p": np.ones(2, np.float32),
+             "noise": rng.random((2, g - 1, cfg.codebook_size), dtype=np.float32)}
+    session = ort.InferenceSession(str(tmp_path / "code_predictor.onnx"), providers=["CPUExecutionProvider"])
+    codes, codec_sum = session.run(["codes", "codec_sum"], feeds)
+    with torch.no_grad():
+        want_codes, want_sum = predictor(*(torch.from_numpy(v) for v in feeds.values()))
+    assert np.array_equal(codes, want_codes.numpy()) and np.abs(codec_sum - want_sum.numpy()).max() < 1e-4
+
+
+def run_feeds(step: TalkerStep, feeds: dict):
+    return step(*(torch.from_numpy(v) for v in feeds.values()))

@@ -1,8 +1,8 @@
 """Model families of the toolchain, found by name (mlx-lm's `_get_classes`, vLLM's model registry).
 
 A family is a package `engines/<family>/` (its model, codec, export, tiny checkpoints and reference
-glue) whose `__init__` exposes `export`, `build_tiny`, `build_real_dims` and `VARIANTS`. A checkpoint
-names its family by the `model_type` of its config.json.
+glue) whose `__init__` exposes `export` and `build_tiny` (and `build_real_dims` where the family has
+a benchmark checkpoint). A checkpoint names its family by the `model_type` of its config.json.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-FAMILIES = ("qwen3_tts",)
-MODEL_TYPES = {"qwen3_tts": "qwen3_tts"}
+FAMILIES = ("qwen3_tts", "qwen3_omni")
+MODEL_TYPES = {"qwen3_tts": "qwen3_tts", "qwen3_omni_moe": "qwen3_omni"}
 """config.json model_type -> family."""
 
 

@@ -25,9 +25,11 @@ QWEN2_SPLIT_REGEX = (
 BPE_VOCAB_SIZE = 768  # 256 byte symbols + merges; the special tokens come on top
 
 
-def write_text_tokenizer(out: Path) -> Tokenizer:
+def write_text_tokenizer(out: Path, extra_specials: tuple[str, ...] = ()) -> Tokenizer:
     """Train the small byte-level BPE and write tokenizer.json, vocab.json, merges.txt and
-    tokenizer_config.json (Qwen2Tokenizer). Returns the `tokenizers.Tokenizer`."""
+    tokenizer_config.json (Qwen2Tokenizer). `extra_specials` come after Qwen's special tokens (a
+    family's own placeholders). Returns the `tokenizers.Tokenizer`."""
+    specials = [*SPECIAL_TOKENS, *extra_specials]
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -41,8 +43,8 @@ def write_text_tokenizer(out: Path) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[],
     )
     tok.train_from_iterator(corpus_lines(), trainer=trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    for role in ("assistant", "user", "\n"):
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    for role in ("assistant", "user", "system", "\n"):
         # qwen-tts slices the prompt by token position (role = ids[:3], trailer = ids[-5:]).
         if len(tok.encode(role, add_special_tokens=False).ids) != 1:
             raise RuntimeError(f"the tiny tokenizer splits {role!r}; the corpus needs more of it")
@@ -54,21 +56,21 @@ def write_text_tokenizer(out: Path) -> Tokenizer:
     write_json(out / "vocab.json", vocab)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
-    write_json(out / "tokenizer_config.json", _tokenizer_config(tok))
+    write_json(out / "tokenizer_config.json", _tokenizer_config(tok, specials))
     return tok
 
 
-def _tokenizer_config(tok: Tokenizer) -> dict:
+def _tokenizer_config(tok: Tokenizer, specials: list[str]) -> dict:
     added = {
         str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                                   "single_word": False, "special": True}
-        for t in SPECIAL_TOKENS
+        for t in specials
     }
     return {
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": added,
-        "additional_special_tokens": [t for t in SPECIAL_TOKENS if t != "<|endoftext|>"],
+        "additional_special_tokens": [t for t in specials if t != "<|endoftext|>"],
         "bos_token": None,
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",

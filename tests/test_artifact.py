@@ -76,6 +76,19 @@ def test_missing_nested_key(copy):
         load_artifact(copy)
 
 
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m["model"].update(layout="segments"),
+     r"model\.layout 'segments' is not one family qwen3_tts builds \(tts\)"),
+    (lambda m: m["model"].update(layout=3), r"'model\.layout' must be a string"),
+    (lambda m: m["audio"].update(lead_samples=555), r"audio\.lead_samples must be 0 for qwen3_tts"),
+    (lambda m: m["audio"].update(lead_samples=1920), r"'audio\.lead_samples' must be an integer in \[0, samples_per_frame\)"),
+])
+def test_layout_and_lead_samples_are_checked(copy, edit, message):
+    _edit(copy, edit)
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(copy)
+
+
 def test_unknown_family_and_format(copy):
     _edit(copy, lambda m: m.update(family="qwen9"))
     with pytest.raises(ArtifactError, match="family 'qwen9' is not supported"):

@@ -20,7 +20,7 @@ from edged.artifact.manifest import ArtifactError, Dims, Graph, Manifest, Speake
 BUILTIN = Path(__file__).resolve().parent.parent / "data" / "tiny"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Artifact(Manifest):
     path: Path
 

@@ -82,6 +82,11 @@ class Manifest:
     """Every ONNX graph, required and optional, by role (talker, vocoder, speaker_encoder, ...)."""
     files: dict[str, str]
     """The other files by role (embeddings, tokenizer)."""
+    layout: str = "tts"
+    """The talker's prompt layout (the family's prefill builder): tts (Qwen3-TTS) or segments (Qwen3-Omni)."""
+    lead_samples: int = 0
+    """Samples at the start of every vocoder stream that are not audio (the host drops them; 555 for
+    Qwen3-Omni's code2wav, whose reference cuts them)."""
 
     @property
     def frame_ms(self) -> float:
@@ -98,7 +103,8 @@ class Manifest:
         return {
             "format": FORMAT,
             "family": self.family,
-            "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision},
+            "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision,
+                      "layout": self.layout},
             "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
             "dims": asdict(self.dims),
             "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
@@ -106,7 +112,7 @@ class Manifest:
             "speakers": {name: asdict(s) for name, s in self.speakers.items()},
             "languages": dict(self.languages),
             "audio": {"sample_rate": self.sample_rate, "frame_rate": self.sample_rate / self.samples_per_frame,
-                      "samples_per_frame": self.samples_per_frame},
+                      "samples_per_frame": self.samples_per_frame, "lead_samples": self.lead_samples},
             "sampling": dict(self.sampling),
             "tensors": tensors,
         }
@@ -127,6 +133,9 @@ class Manifest:
         precision = model.get("precision", "fp32")
         if precision not in PRECISIONS:
             raise ArtifactError(f"artifact.json: 'model.precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        layout = model.get("layout", "tts")
+        if not isinstance(layout, str):
+            raise ArtifactError(f"artifact.json: 'model.layout' must be a string, got {layout!r}")
         dims_raw = _get(m, "dims", dict)
         dims = Dims(**{k: _positive(dims_raw, k, "dims") for k in Dims.__dataclass_fields__})
         limits = _get(m, "limits", dict)
@@ -142,6 +151,11 @@ class Manifest:
                 raise ArtifactError(f"artifact.json: speakers.{name}.dialect {dialect!r} is not in languages")
             speakers[str(name).lower()] = Speaker(id=_int(s, "id", f"speakers.{name}"), dialect=dialect)
         audio = _get(m, "audio", dict)
+        samples_per_frame = _positive(audio, "samples_per_frame", "audio")
+        lead = audio.get("lead_samples", 0)
+        if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead < samples_per_frame:
+            raise ArtifactError(f"artifact.json: 'audio.lead_samples' must be an integer in [0, samples_per_frame), "
+                                f"got {lead!r}")
         sampling_raw = _get(m, "sampling", dict)
         files_raw = _get(m, "files", dict)
         tensors_raw = _get(m, "tensors", dict)
@@ -158,9 +172,9 @@ class Manifest:
             max_batch=_positive(limits, "max_batch", "limits"), max_seq=_positive(limits, "max_seq", "limits"),
             special={k: _int(special_raw, k, "special") for k in special_raw}, speakers=speakers,
             languages=languages, sample_rate=_positive(audio, "sample_rate", "audio"),
-            samples_per_frame=_positive(audio, "samples_per_frame", "audio"),
+            samples_per_frame=samples_per_frame,
             sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS if k != "seed"},
-            graphs=graphs, files=files,
+            graphs=graphs, files=files, layout=layout, lead_samples=lead,
         )
 
 

@@ -54,9 +54,14 @@ class Family(ABC):
     optional_graphs: tuple[str, ...] = ()
     files: tuple[str, ...] = ("embeddings", "tokenizer")
     special_keys: tuple[str, ...] = ()
+    layouts: tuple[str, ...] = ("tts",)
+    """The prompt layouts this family builds prefills for (`model.layout`)."""
 
     def check(self, m: Manifest) -> None:
         """What this family requires of a manifest beyond its types; raises ArtifactError naming the key."""
+        if m.layout not in self.layouts:
+            raise ArtifactError(f"artifact.json: model.layout {m.layout!r} is not one family {self.name} builds "
+                                f"({', '.join(self.layouts)})")
         if "talker" not in m.graphs and "talker_decode" in m.graphs:
             raise ArtifactError("artifact.json: this artifact has separate talker_prefill/talker_decode graphs; "
                                 "the runtime takes one talker graph now: export the checkpoint again "

@@ -21,6 +21,9 @@ class Qwen3TTS(Family):
 
     def check(self, m: Manifest) -> None:
         super().check(m)
+        if m.lead_samples:
+            raise ArtifactError(f"artifact.json: audio.lead_samples must be 0 for {self.name} (its vocoder returns "
+                                f"every sample), got {m.lead_samples}")
         for keys, size, what in ((CODEC_SPECIALS, m.dims.vocab, "talker vocab"),
                                  (TEXT_SPECIALS, m.dims.text_vocab, "text vocab")):
             for k in keys:

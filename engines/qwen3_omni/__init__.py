@@ -1,12 +1,13 @@
 """Qwen3-Omni (transformers' `qwen3_omni_moe`): its MoE talker and residual code predictor
 (`model`, exported with `engines.talker`), its code2wav as the shared streaming codec (`codec`) and
-tiny random checkpoints made with the library's own classes (`tiny`). The artifact and the
-`segments` prompt layout come next (docs/qwen3-omni.md says what the reference does). Torch and
+tiny random checkpoints made with the library's own classes (`tiny`), and the artifact (`artifact`).
+The runtime's `segments` prompt layout comes next (docs/qwen3-omni.md says what the reference does). Torch and
 transformers are imported when a function is called, not here."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 NAME = "qwen3_omni"
 
@@ -15,3 +16,9 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     from engines.qwen3_omni.tiny import build_tiny as run
 
     return run(out, seed, variant)
+
+
+def export(checkpoint: Path | str, out: Path | str, *, max_batch: int = 4, max_seq: int = 1024) -> Any:
+    from engines.qwen3_omni.artifact import export as run
+
+    return run(Path(checkpoint), Path(out), max_batch=max_batch, max_seq=max_seq)

@@ -130,7 +130,7 @@ def load_qwen3_omni(checkpoint: Path) -> tuple[Qwen3OmniConfig, OmniTalker, Code
     tables = {"text_embedding": _need(weights, "thinker.model.embed_tokens.weight"),
               "codec_embedding": _need(weights, "talker.model.codec_embedding.weight")}
     for name in ("text_projection", "hidden_projection"):
-        for part in ("linear_fc1", "linear_fc2"):
+        for part in ("fc1", "fc2"):
             for kind in ("weight", "bias"):
-                tables[f"{name}.{part}.{kind}"] = _need(weights, f"talker.{name}.{part}.{kind}")
+                tables[f"{name}.{part}.{kind}"] = _need(weights, f"talker.{name}.linear_{part}.{kind}")
     return cfg, talker.eval(), predictor.eval(), tables

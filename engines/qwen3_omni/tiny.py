@@ -1,15 +1,22 @@
 """Tiny random Qwen3-Omni checkpoints, made with transformers' own classes (no hub).
 
-The token ids are the real checkpoint's (the thinker's vocabulary keeps its 152064 rows, so real
-tokenizer ids work); every width is tiny. The shape variants differ in experts, layers and code
-groups. The library's random init leaves code2wav's SnakeBeta and LayerScale near zero and its
-weights at std 0.02, which makes its waveform ~1e-8; they are redrawn (weights at 0.5 / sqrt(fan
-in)) so PCM comparisons mean something. Deterministic from the seed.
-"""
+    config.json  generation_config.json  model.safetensors   (Qwen3OmniMoeForConditionalGeneration)
+    tokenizer.json  vocab.json  merges.txt  tokenizer_config.json   (engines.tiny_text, + media pads)
+
+The text tokenizer is the small byte-level BPE of `engines.tiny_text` with Qwen's special tokens and
+the image/video placeholders; the thinker's vocabulary is its size and every token id in the config
+(im_start/end, the tts tokens, the system/user/assistant role words, the media placeholders) is the
+tokenizer's. The codec ids and speakers are the released checkpoint's; every width is tiny. The
+shape variants differ in experts, layers and code groups. The library's random init leaves
+code2wav's SnakeBeta and LayerScale near zero and its weights at std 0.02, which makes its waveform
+~1e-8; they are redrawn (weights at 0.5 / sqrt(fan in)) so PCM comparisons mean something.
+Deterministic from the seed."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from engines.tiny_text import write_text_tokenizer
 
 VARIANTS = [
     # talker layers, experts, top-k, code groups, code predictor layers
@@ -17,8 +24,7 @@ VARIANTS = [
     dict(layers=3, experts=8, top_k=3, groups=8, cp_layers=2),
     dict(layers=1, experts=6, top_k=1, groups=4, cp_layers=1),
 ]
-TOKENS = dict(audio_token_id=151675, image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
-              audio_start_token_id=151669, position_id_per_seconds=13)
+MEDIA_SPECIALS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 CODEC = dict(codec_bos_id=2149, codec_eos_token_id=2150, codec_pad_id=2148, codec_nothink_id=2155,
              codec_think_bos_id=2156, codec_think_eos_id=2157,
              speaker_id={"chelsie": 2301, "ethan": 2302, "aiden": 2303})
@@ -30,10 +36,28 @@ def mrope(head_dim: int) -> dict:
     return {"rope_type": "default", "mrope_section": [half - 2 * (half // 4), half // 4, half // 4], "interleaved": True}
 
 
-def tiny_config(variant: int = 0):
+def token_ids(tok) -> dict[str, int]:
+    """The config's token ids, from the tokenizer (each must be one token)."""
+    def one(text: str) -> int:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        if len(ids) != 1:
+            raise RuntimeError(f"the tiny tokenizer splits {text!r}")
+        return ids[0]
+    return {"im_start": one("<|im_start|>"), "im_end": one("<|im_end|>"), "tts_pad": one("<tts_pad>"),
+            "tts_bos": one("<tts_text_bos>"), "tts_eos": one("<tts_text_eod>"), "system": one("system"),
+            "user": one("user"), "assistant": one("assistant"), "audio": one("<|audio_pad|>"),
+            "image": one("<|image_pad|>"), "video": one("<|video_pad|>"), "audio_start": one("<|audio_start|>"),
+            "audio_end": one("<|audio_end|>"), "vision_start": one("<|vision_start|>"),
+            "vision_end": one("<|vision_end|>")}
+
+
+def tiny_config(ids: dict[str, int], vocab: int, variant: int = 0):
     from transformers import Qwen3OmniMoeConfig
 
     v = VARIANTS[variant]
+    media = dict(audio_token_id=ids["audio"], image_token_id=ids["image"], video_token_id=ids["video"],
+                 vision_start_token_id=ids["vision_start"], audio_start_token_id=ids["audio_start"],
+                 position_id_per_seconds=13)
     decoder = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=1000000,
                    rope_scaling=mrope(8), norm_topk_prob=True)
     return Qwen3OmniMoeConfig(
@@ -43,9 +67,10 @@ def tiny_config(variant: int = 0):
                               n_window_infer=800),
             vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
                                deepstack_visual_indexes=[0], num_position_embeddings=16),
-            text_config=dict(decoder, vocab_size=152064, intermediate_size=64, num_hidden_layers=2, num_experts=4,
+            text_config=dict(decoder, vocab_size=vocab, intermediate_size=64, num_hidden_layers=2, num_experts=4,
                              num_experts_per_tok=2, moe_intermediate_size=16),
-            audio_end_token_id=151670, vision_end_token_id=151653, seconds_per_chunk=2, **TOKENS),
+            audio_end_token_id=ids["audio_end"], vision_end_token_id=ids["vision_end"], seconds_per_chunk=2,
+            **media),
         talker_config=dict(
             text_config=dict(decoder, vocab_size=3072, intermediate_size=48, num_hidden_layers=v["layers"],
                              num_experts=v["experts"], num_experts_per_tok=v["top_k"], moe_intermediate_size=16,
@@ -54,22 +79,30 @@ def tiny_config(variant: int = 0):
                                        num_hidden_layers=v["cp_layers"], num_attention_heads=4, num_key_value_heads=2,
                                        head_dim=8, num_code_groups=v["groups"], rope_theta=1000000),
             num_code_groups=v["groups"], thinker_hidden_size=32, accept_hidden_layer=1, spatial_merge_size=2,
-            **CODEC, **TOKENS),
+            **CODEC, **media),
+        im_start_token_id=ids["im_start"], im_end_token_id=ids["im_end"], tts_pad_token_id=ids["tts_pad"],
+        tts_bos_token_id=ids["tts_bos"], tts_eos_token_id=ids["tts_eos"], system_token_id=ids["system"],
+        user_token_id=ids["user"], assistant_token_id=ids["assistant"],
         code2wav_config=dict(codebook_size=2048, num_quantizers=v["groups"], hidden_size=32, intermediate_size=48,
                              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4, sliding_window=72,
                              upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32),
     )
 
 
-def build_model(seed: int, variant: int = 0):
-    """The tiny Qwen3OmniMoeForConditionalGeneration itself (eager attention, eval mode)."""
+def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None):
+    """The tiny Qwen3OmniMoeForConditionalGeneration itself (eager attention, eval mode), with the tiny
+    tokenizer written to `tokenizer_dir` (a temporary directory when None)."""
+    import tempfile
+
     import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     if not 0 <= variant < len(VARIANTS):
         raise ValueError(f"qwen3_omni tiny variant must be 0..{len(VARIANTS) - 1}, got {variant}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = write_text_tokenizer(Path(tokenizer_dir or tmp), MEDIA_SPECIALS)
     torch.manual_seed(seed)
-    cfg = tiny_config(variant)
+    cfg = tiny_config(token_ids(tok), tok.get_vocab_size(), variant)
     cfg._attn_implementation = "eager"
     model = Qwen3OmniMoeForConditionalGeneration(cfg).eval()
     with torch.no_grad():
@@ -85,7 +118,7 @@ def build_model(seed: int, variant: int = 0):
 
 def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     out = Path(out)
-    build_model(seed, variant).save_pretrained(out)
+    build_model(seed, variant, tokenizer_dir=out).save_pretrained(out)
     return out
 
 

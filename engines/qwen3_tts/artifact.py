@@ -39,7 +39,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
             "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
-        save_file(_host_tables(tables), str(out / FILES["embeddings"]))
+        save_file(host_tables(tables), str(out / FILES["embeddings"]))
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
     manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
@@ -52,7 +52,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
 # ----------------------------------------------------------------------------------------- host side
 
 
-def _host_tables(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def host_tables(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The projected text table P(x) = text_projection(text_embedding(x)) for every text token (the
     tts_bos/eos/pad rows are rows of it) and the codec embedding.
 
@@ -62,11 +62,11 @@ def _host_tables(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     emb = tables["text_embedding"]
     projected = torch.empty(emb.shape[0], tables["codec_embedding"].shape[1])
     for start in range(0, emb.shape[0], 8192):
-        projected[start:start + 8192] = _project(tables, emb[start:start + 8192])
+        projected[start:start + 8192] = project(tables, emb[start:start + 8192])
     return {"text_projected": projected, "codec_embedding": tables["codec_embedding"].contiguous()}
 
 
-def _project(tables: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+def project(tables: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     fc1 = torch.nn.functional.linear(rows, tables["text_projection.fc1.weight"], tables["text_projection.fc1.bias"])
     return torch.nn.functional.linear(
         torch.nn.functional.silu(fc1), tables["text_projection.fc2.weight"], tables["text_projection.fc2.bias"])
@@ -83,11 +83,16 @@ def _export_tokenizer(checkpoint: Path, path: Path) -> None:
     processor.tokenizer.backend_tokenizer.save(str(path))
 
 
+def graph_specs(files: dict[str, str], tensors: dict) -> dict[str, Graph]:
+    """The manifest's graphs from what each graph's export returned (tensor lists, carried state)."""
+    return {role: Graph(files[role], tuple(g["inputs"]), tuple(g["outputs"]),
+                        tuple(StateSpec(s["input"], s["output"], tuple(s["shape"])) for s in g.get("state", ())))
+            for role, g in tensors.items()}
+
+
 def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
     t = cfg.talker
-    graphs = {role: Graph(FILES[role], tuple(g["inputs"]), tuple(g["outputs"]),
-                          tuple(StateSpec(s["input"], s["output"], tuple(s["shape"])) for s in g.get("state", ())))
-              for role, g in tensors.items()}
+    graphs = graph_specs(FILES, tensors)
     return Manifest(
         family="qwen3_tts", model_type=cfg.model_type, supports_instruct=cfg.instruct, precision="fp32",
         dims=Dims(hidden=t.hidden, layers=t.layers, kv_heads=t.kv_heads, head_dim=t.head_dim, vocab=cfg.vocab,

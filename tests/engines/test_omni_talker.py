@@ -107,3 +107,34 @@ def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
 
 def run_feeds(step: TalkerStep, feeds: dict):
     return step(*(torch.from_numpy(v) for v in feeds.values()))
+
+
+def test_edged_engines_exports_an_omni_artifact(tmp_path):
+    """`edged-engines tiny --family qwen3_omni` then `export`: the manifest (family, segments layout, the
+    code2wav's lead, the checkpoint's ids and speakers), the host tables equal to the library's
+    projections of the thinker's embeddings, and the graphs the manifest lists."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    from edged.artifact.manifest import Manifest
+    from engines.cli import main
+
+    ckpt, art = tmp_path / "ckpt", tmp_path / "art"
+    assert main(["tiny", "--family", "qwen3_omni", "--variant", "2", "--seed", "4", "--out", str(ckpt)]) == 0
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(art), "--max-seq", "64"]) == 0
+    m = Manifest.from_json(json.loads((art / "artifact.json").read_text()))
+    config = json.loads((ckpt / "config.json").read_text())
+    assert (m.family, m.layout, m.lead_samples, m.max_seq) == ("qwen3_omni", "segments", 555, 64)
+    assert m.special["tts_pad"] == config["tts_pad_token_id"] and m.special["user"] == config["user_token_id"]
+    assert {k: s.id for k, s in m.speakers.items()} == {"chelsie": 2301, "ethan": 2302, "aiden": 2303}
+    thinker_vocab = config["thinker_config"]["text_config"]["vocab_size"]
+    assert m.dims.code_groups == VARIANTS[2]["groups"] and m.dims.text_vocab == thinker_vocab
+    assert all((art / g.file).is_file() for g in m.graphs.values()) and m.graphs["vocoder"].state
+    tables = load_file(str(art / "embeddings.safetensors"))
+    model = build_model(seed=4, variant=2)
+    ids = torch.tensor([m.special["tts_pad"], m.special["im_start"], 100])
+    with torch.no_grad():
+        want = model.talker.text_projection(model.thinker.model.embed_tokens(ids)).numpy()
+    assert abs(tables["text_projected"][ids.numpy()] - want).max() < 1e-6
+    assert tables["hidden_projection.fc1.weight"].shape == (48, 32)

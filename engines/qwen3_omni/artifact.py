@@ -1,0 +1,75 @@
+"""A Qwen3-Omni checkpoint -> engine artifact: the MoE talker, the code predictor and the streaming
+code2wav as ONNX graphs, the host tables, the tokenizer, and `artifact.json` (family `qwen3_omni`,
+layout `segments`, `audio.lead_samples` the code2wav's 555).
+
+Tables: `text_projected` = text_projection(thinker embed_tokens(x)) for every text token, computed
+here as the reference computes it (row-wise, so exact; [text_vocab, hidden] instead of the thinker's
+[text_vocab, thinker_hidden] table plus an MLP per request), the talker's `codec_embedding`, and
+`hidden_projection.*` (the MLP that turns the thinker's hidden states of media placeholders into
+talker rows; they arrive per request). Only `talker.*`, `code2wav.*` and the thinker's embed_tokens
+are read: the thinker itself is not needed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from edged.artifact.manifest import Dims, Manifest, Speaker
+from engines.qwen3_omni.codec import load_omni_codec
+from engines.qwen3_omni.model import Qwen3OmniConfig, load_qwen3_omni
+from engines.qwen3_tts.artifact import graph_specs, host_tables
+from engines.qwen3_tts.codec_export import export_codec
+from engines.talker import export_predictor, export_talker
+
+FILES = {"talker": "talker.onnx", "code_predictor": "code_predictor.onnx", "vocoder": "vocoder.onnx",
+         "embeddings": "embeddings.safetensors", "tokenizer": "tokenizer.json"}
+SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
+            "cp_temperature": 1.0, "cp_top_k": 50, "cp_top_p": 0.8}
+"""The library's generate: talker_* defaults, and the code predictor's hard-coded sampling."""
+
+
+def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 1024) -> Manifest:
+    """Write the artifact for `checkpoint` into `out` and return its manifest."""
+    checkpoint, out = Path(checkpoint), Path(out)
+    if max_batch < 1 or max_seq < 16:
+        raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
+    if not (checkpoint / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{checkpoint}: no tokenizer.json")
+    cfg, talker, predictor, tables = load_qwen3_omni(checkpoint)
+    codec_config, codec = load_omni_codec(checkpoint)
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        tensors = {
+            "talker": export_talker(talker, out / FILES["talker"], max_seq),
+            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
+            "vocoder": export_codec(codec, out / FILES["vocoder"]),
+        }
+        hidden_projection = {k: v.contiguous() for k, v in tables.items() if k.startswith("hidden_projection.")}
+        save_file({**host_tables(tables), **hidden_projection}, str(out / FILES["embeddings"]))
+    shutil.copyfile(checkpoint / "tokenizer.json", out / FILES["tokenizer"])
+    manifest = _manifest(cfg, tensors, max_batch, max_seq, codec_config.samples_per_frame, codec_config.lead_samples)
+    (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    return manifest
+
+
+def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int, samples_per_frame: int,
+              lead_samples: int) -> Manifest:
+    t = cfg.talker
+    media = {"audio_token": cfg.media["audio_token_id"], "image_token": cfg.media["image_token_id"],
+             "video_token": cfg.media["video_token_id"]}
+    return Manifest(
+        family="qwen3_omni", model_type="omni", supports_instruct=False, precision="fp32",
+        dims=Dims(hidden=t.hidden, layers=t.layers, kv_heads=t.kv_heads, head_dim=t.head_dim, vocab=cfg.vocab,
+                  text_vocab=cfg.text_vocab, text_hidden=cfg.thinker_hidden, code_groups=cfg.code_groups,
+                  codebook_size=cfg.codebook_size),
+        max_batch=max_batch, max_seq=max_seq, special={**cfg.special, **media},
+        speakers={name: Speaker(i) for name, i in cfg.speakers.items()}, languages={},
+        sample_rate=24000, samples_per_frame=samples_per_frame, sampling=dict(SAMPLING),
+        graphs=graph_specs(FILES, tensors), files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
+        layout="segments", lead_samples=lead_samples,
+    )

@@ -218,14 +218,16 @@ class Client:
     def speak(self, text: str, *, id: Id | None = None, more_text: bool = False, session: str | None = None,
               voice: str | None = None, language: str | None = None, instruct: str | None = None,
               play: bool = True, stream: bool = False, format: str = "f32le", max_audio_ms: int | None = None,
-              sampling: dict[str, Any] | None = None, report_codes: bool = False) -> Utterance:
-        """Send a speak; its Utterance (nothing is waited for yet). `id` defaults to a fresh uuid4 hex."""
+              sampling: dict[str, Any] | None = None, report_codes: bool = False,
+              context: list[dict[str, str]] | None = None) -> Utterance:
+        """Send a speak; its Utterance (nothing is waited for yet). `id` defaults to a fresh uuid4 hex.
+        `context`: earlier turns [{role, content}] (Qwen3-Omni artifacts)."""
         id = uuid.uuid4().hex if id is None else id
         if id in self._inbox:
             raise ValueError(f"speak id {id!r} is already in flight on this client")
         msg = protocol.Speak(id=id, text=text, more_text=more_text, session=session, voice=voice,
                              language=language, instruct=instruct, play=play, stream=stream, format=format,
-                             max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes)
+                             max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes, context=context)
         frames = protocol.encode(msg)
         self._inbox[id] = deque()
         try:

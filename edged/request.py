@@ -100,3 +100,7 @@ class SpeechRequest:
     more_text: bool = False
     """More text follows in pieces (streamed text input); `text` is the first piece, maybe empty.
     Streamed requests use the dual-track layout."""
+    context: tuple[tuple[str, str], ...] = ()
+    """Earlier turns of the conversation, (role, content), as the thinker saw them (the `segments`
+    layout, Qwen3-Omni: user turns become prompt rows; system and assistant turns are dropped, as
+    the reference drops them). The `tts` layout takes none."""

@@ -28,7 +28,7 @@ class RequestError(ValueError):
 class SynthResult:
     id: str | int
     frames: np.ndarray  # [N, G] int64, the eos frame excluded
-    pcm: np.ndarray  # [N * samples_per_frame] float32
+    pcm: np.ndarray  # [N * samples_per_frame - lead_samples] float32
     reason: str  # eos | length
     report: dict = field(default_factory=dict)
 
@@ -80,9 +80,9 @@ class Synthesizer:
     def _result(self, job: _Job) -> SynthResult:
         m = job.member
         assert m is not None
-        spf = self.artifact.samples_per_frame
+        samples = self.artifact.stream_samples(m.frames)
         wall = time.perf_counter() - job.started
-        audio_s = m.frames * spf / self.artifact.sample_rate
+        audio_s = samples / self.artifact.sample_rate
         ms = lambda t: round((t - job.started) * 1e3, 3) if t else None  # noqa: E731
         report = {
             "frames": m.frames, "audio_ms": round(audio_s * 1e3, 1), "reason": m.outcome.value,
@@ -90,5 +90,5 @@ class Synthesizer:
             "first_frame_ms": ms(m.first_frame_at), "first_audio_ms": ms(job.first_audio_at),
             "stages": self.core.diagnostics(m),
         }
-        return SynthResult(job.request.id, self.core.frames(m).copy(), self.pcm[m.slot, : m.frames * spf].copy(),
+        return SynthResult(job.request.id, self.core.frames(m).copy(), self.pcm[m.slot, :samples].copy(),
                            m.outcome.value, report)

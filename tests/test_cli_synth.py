@@ -51,6 +51,7 @@ def test_greedy_is_deterministic_and_seed_reproducible(tmp_path: Path):
     (["--text", "   "], "text is empty"),
     (["--text", "word " * 600], "text too long: the prefill needs"),
     (["--text", "hi", "--max-frames", "0"], "max_frames must be >= 1"),
+    (["--text", "hi", "--user-text", "hello?"], "context: this model (layout tts) takes no conversation context"),
     (["--text", "hi", "--artifact", "/nonexistent/artifact"], "no artifact.json"),
 ])
 def test_bad_input_exits_2_with_a_clear_error(tmp_path: Path, args, message):

@@ -136,3 +136,34 @@ def test_a_streaming_member_that_waits_and_resumes_does_not_allocate(builtin_art
     assert streaming.frames >= state["fed"] - 3  # it resumed every time a token came
     print(f"streaming: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND and peak <= PEAK_BOUND, (grown, peak)
+
+
+def test_an_omni_cohort_does_not_allocate(tmp_path, backend):
+    """The same bounds for a Qwen3-Omni cohort: the MoE talker, the segments layout with user turns,
+    the code2wav's streams that start with samples the host drops."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from engines.qwen3_omni.artifact import export
+    from engines.qwen3_omni.tiny import build_tiny
+
+    export(build_tiny(tmp_path / "ckpt", seed=6, variant=0), tmp_path / "art", max_batch=4, max_seq=512)
+    core = Core(load_artifact(tmp_path / "art"), backend)
+    core.preallocate()
+    turns = (("system", "Be brief."), ("user", "Is it December?"))
+    requests = [
+        SpeechRequest("greedy", "Yes, it is the end of the year.", voice="ethan", sampling=Sampling.greedy(), context=turns),
+        SpeechRequest("sampled", "A sampled member, seeded.", voice="aiden", sampling=Sampling(seed=1)),
+        SpeechRequest("chelsie", "Another voice.", voice="chelsie", sampling=Sampling(seed=2), context=turns[1:]),
+        SpeechRequest("default", "The default speaker.", sampling=Sampling.greedy()),
+    ]
+    members = [core.prepare(r, slot) for slot, r in enumerate(requests)]
+
+    def frame() -> None:
+        core.step([m for m in members if m.outcome.value == "running"])
+
+    grown, peak = traced(frame)
+    assert all(m.frames == 25 + STEADY_FRAMES for m in members), [m.frames for m in members]
+    print(f"omni: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
+    assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
+    assert peak <= PEAK_BOUND, f"a step allocated {peak} bytes at its peak"

@@ -92,6 +92,10 @@ class Manifest:
     def frame_ms(self) -> float:
         return 1000.0 * self.samples_per_frame / self.sample_rate
 
+    def stream_samples(self, frames: int) -> int:
+        """Audio samples of a stream of `frames` codec frames (its lead left out)."""
+        return max(0, frames * self.samples_per_frame - self.lead_samples)
+
     # ------------------------------------------------------------------------------ write
 
     def to_json(self) -> dict[str, Any]:

@@ -19,7 +19,9 @@ EXIT_BAD_INPUT = 2
 def add_parser(commands) -> None:
     p = commands.add_parser("synth", help="synthesize TEXT to a WAV file")
     p.add_argument("--artifact", type=Path, default=None, help="artifact directory (default: the built-in tiny one)")
-    p.add_argument("--text", required=True)
+    p.add_argument("--text", required=True, help="the text to speak (on a Qwen3-Omni artifact: the assistant reply)")
+    p.add_argument("--user-text", action="append", default=[], metavar="TEXT",
+                   help="an earlier user turn, as the thinker saw it (Qwen3-Omni artifacts; repeat for more turns)")
     p.add_argument("--out", type=Path, required=True, help="WAV file to write (16-bit mono)")
     p.add_argument("--codes", type=Path, default=None, help="also write the codec frames as JSON")
     p.add_argument("--speaker", default=None, help="voice name from the artifact's speakers")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         sampling = sampling.with_overrides({"seed": args.seed} if args.seed is not None else None)
         request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
                                 instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
-                                max_frames=args.max_frames)
+                                max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text))
         backend = make_backend(args.backend, args.threads)
         try:
             result = Synthesizer(artifact, backend).synthesize([request])[0]

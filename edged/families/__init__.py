@@ -12,7 +12,7 @@ import importlib
 from edged.artifact.manifest import ArtifactError
 from edged.families.base import Family, Talking
 
-KNOWN = ("qwen3_tts",)
+KNOWN = ("qwen3_tts", "qwen3_omni")
 
 
 def get_family(name: str) -> Family:

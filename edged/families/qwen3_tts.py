@@ -15,17 +15,21 @@ TEXT_SPECIALS = ("tts_pad", "tts_bos", "tts_eos")
 
 class Qwen3TTS(Family):
     name = "qwen3_tts"
-    optional_graphs = ("speaker_encoder", "codec_encoder")
+    optional_graphs: tuple[str, ...] = ("speaker_encoder", "codec_encoder")
     """Voice cloning (Base checkpoints): reference PCM -> x-vector, and -> codec frames."""
-    special_keys = CODEC_SPECIALS + TEXT_SPECIALS
+    codec_specials: tuple[str, ...] = CODEC_SPECIALS
+    text_specials: tuple[str, ...] = TEXT_SPECIALS
+    special_keys: tuple[str, ...] = CODEC_SPECIALS + TEXT_SPECIALS
+    lead_samples = False
+    """Whether the vocoder's streams may start with samples the host drops (audio.lead_samples)."""
 
     def check(self, m: Manifest) -> None:
         super().check(m)
-        if m.lead_samples:
+        if m.lead_samples and not self.lead_samples:
             raise ArtifactError(f"artifact.json: audio.lead_samples must be 0 for {self.name} (its vocoder returns "
                                 f"every sample), got {m.lead_samples}")
-        for keys, size, what in ((CODEC_SPECIALS, m.dims.vocab, "talker vocab"),
-                                 (TEXT_SPECIALS, m.dims.text_vocab, "text vocab")):
+        for keys, size, what in ((self.codec_specials, m.dims.vocab, "talker vocab"),
+                                 (self.text_specials, m.dims.text_vocab, "text vocab")):
             for k in keys:
                 if not 0 <= m.special[k] < size:
                     raise ArtifactError(f"artifact.json: special.{k}={m.special[k]} is outside the {what} ({size})")

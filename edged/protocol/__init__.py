@@ -21,6 +21,7 @@ import msgpack
 from edged.protocol.checks import (
     BOOL,
     BYTES_PER_SAMPLE,
+    CONTEXT,
     DEFAULT_MAX_MESSAGE_BYTES,
     DONE_REASON,
     DONE_REASONS,
@@ -78,6 +79,9 @@ class Speak:
     """Overrides of the artifact's sampling defaults (keys: edged.request.SAMPLING_KEYS)."""
     report_codes: bool = field(default=False, metadata=BOOL)
     """Include the generated codec frames (`rvq_codes`) in the done report."""
+    context: list[dict[str, str]] | None = field(default=None, metadata=CONTEXT)
+    """Earlier turns as the thinker saw them, [{role, content}] (Qwen3-Omni artifacts: user turns
+    become talker rows, system and assistant turns are dropped; other artifacts reject it)."""
 
 
 @dataclass(frozen=True)

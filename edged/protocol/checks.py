@@ -137,5 +137,19 @@ def _turns(v: Any, where: str) -> None:
             _check(BOOL, turn["pending"], f"{at}.pending")
 
 
+def _context(v: Any, where: str) -> None:
+    """Earlier turns for the talker: nil, or [{role, content}]."""
+    if v is None:
+        return
+    _check(ARRAY, v, where)
+    for i, turn in enumerate(v):
+        at = f"{where}[{i}]"
+        _check(MAP, turn, at)
+        _keys(turn, at, ("role", "content"), required=("role", "content"))
+        _check(ROLE, turn["role"], f"{at}.role")
+        _check(STR, turn["content"], f"{at}.content")
+
+
 SAMPLING: Spec = {"check": _sampling}
 TURNS: Spec = {"check": _turns}
+CONTEXT: Spec = {"check": _context}

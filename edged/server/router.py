@@ -138,4 +138,5 @@ class Server:
         sampling = replace(self.defaults, **(m.sampling or {}))
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
-                             sampling=sampling, max_frames=max_frames, more_text=m.more_text, dual_track=m.more_text)
+                             sampling=sampling, max_frames=max_frames, more_text=m.more_text, dual_track=m.more_text,
+                             context=tuple((t["role"], t["content"]) for t in m.context or ()))

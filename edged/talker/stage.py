@@ -33,8 +33,6 @@ from edged.request import SamplingError, SpeechRequest
 from edged.talker.prompt import Prompt, PromptError
 from edged.talker.text import Streamed, TextStream
 
-EOS_BLOCKED_DECISIONS = 2  # the reference masks eos for the first two code-0 decisions
-
 
 class Outcome(Enum):
     """What the stage saw end a member's generation (the request's end reason is the scheduler's)."""
@@ -78,6 +76,7 @@ class TalkerStage:
         self.port = port
         self.layout = talking.layout
         self.eos = talking.eos
+        self.eos_blocked_decisions = talking.eos_blocked_decisions
         self.tables = tables
         self.pad_row = tables[talking.pad.table][talking.pad.ids[0]]
         self.text_table = tables[talking.text_table]
@@ -209,7 +208,7 @@ class TalkerStage:
         self.temperature[slot], self.top_k[slot], self.top_p[slot] = sampling.temperature, sampling.top_k, sampling.top_p
         self.cp_temperature[slot], self.cp_top_k[slot] = sampling.cp_temperature, sampling.cp_top_k
         self.cp_top_p[slot] = sampling.cp_top_p
-        self.allow_eos[slot] = False
+        self.allow_eos[slot] = self.eos_blocked_decisions == 0
         self._fill_noise(m)
         t = prompt.prefill_len
         self.prefill(slot, t)
@@ -324,7 +323,7 @@ class TalkerStage:
         text = self.track[m.slot, k] if k < m.track_len else self.pad_row
         np.add(self.codec_sum[m.slot], text, out=self.inputs_embeds[m.slot])
         self.positions[m.slot] = m.position
-        self.allow_eos[m.slot] = m.decisions >= EOS_BLOCKED_DECISIONS
+        self.allow_eos[m.slot] = m.decisions >= self.eos_blocked_decisions
         self._fill_noise(m)
 
     def commit_kv(self, slot: int, position: int) -> None:

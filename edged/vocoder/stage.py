@@ -9,7 +9,9 @@ host), its own start and PCM buffers, each an allocation of its own (so every bo
 boot, so a window is a copy and a run.
 
 A window is `first_chunk_frames` new frames at the start of a stream, then `chunk_frames`, and the
-rest once the talker has closed the slot. With one new frame per step, at most one window per slot
+rest once the talker has closed the slot. A stream's first `lead_samples` (artifact.json; Qwen3-Omni's
+code2wav: 555) are not audio: the first window leaves them out and every later one is numbered
+after them. With one new frame per step, at most one window per slot
 is ready after a step, so `decode` hands back at most one `Window`, a view that stays valid until
 that slot's next window.
 """
@@ -66,6 +68,8 @@ class VocoderStage:
         self.plans: dict[tuple[int, int, int], Plan] = {
             (slot, side, f): self._plan(slot, side, f) for slot in range(b) for side in (0, 1) for f in range(1, w + 1)}
         self.views = {(slot, f): self.pcm[slot][0, : f * spf] for slot in range(b) for f in range(1, w + 1)}
+        lead = a.lead_samples  # a stream's first window leaves out the samples that are not audio
+        self.first_views = {(slot, f): self.pcm[slot][0, lead: f * spf] for slot in range(b) for f in range(1, w + 1)}
         state_bytes = sum(x.nbytes for side in self.states for state in side for x in state)
         return {"vocoder_state": state_bytes,
                 "vocoder_window": self.codes.nbytes + sum(x.nbytes for x in (*self.pcm, *self.start))}
@@ -100,7 +104,11 @@ class VocoderStage:
         self.run(slot, cursor, new)
         self.busy_ms[slot] += (time.perf_counter() - t0) * 1e3
         window = self.windows[slot]
-        window.first_sample, window.samples = cursor * self.artifact.samples_per_frame, self.views[(slot, new)]
+        if cursor == 0:
+            window.first_sample, window.samples = 0, self.first_views[(slot, new)]
+        else:
+            window.first_sample = cursor * self.artifact.samples_per_frame - self.artifact.lead_samples
+            window.samples = self.views[(slot, new)]
         return window
 
     def run(self, slot: int, cursor: int, new: int) -> None:

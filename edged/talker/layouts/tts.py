@@ -37,6 +37,8 @@ ASSISTANT = "<|im_start|>assistant\n"
 
 
 class TtsLayout:
+    takes_context = False
+
     def __init__(self, manifest: Manifest, text: TextEncoder):
         self.manifest = manifest
         self.text = text
@@ -81,6 +83,8 @@ class TtsLayout:
 
     def _codec_ids(self, req: SpeechRequest) -> tuple[int, ...]:
         m, sp = self.manifest, self.sp
+        if req.context and not self.takes_context:
+            raise PromptError("context: this model (layout tts) takes no conversation context")
         if req.instruct and not m.supports_instruct:
             raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
         voice = None

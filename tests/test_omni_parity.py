@@ -1,0 +1,113 @@
+"""Qwen3-Omni end to end: greedy codec frames from edged (the exported artifact on ONNX Runtime,
+`Synthesizer` and the `segments` layout) equal, frame for frame, those of transformers' own talker
+generation on tiny random checkpoints of three shapes, with and without earlier user turns, for each
+speaker, and on a checkpoint made to end on eos; the PCM is within 1e-4 of the library's code2wav
+over the samples it returns (1920 x frames - 555)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from edged.artifact import load_artifact
+from edged.cli import main
+from edged.request import Sampling, SpeechRequest
+from edged.synth import RequestError, Synthesizer
+from engines.qwen3_omni import reference
+from engines.qwen3_omni.artifact import export
+from engines.qwen3_omni.tiny import VARIANTS, build_model
+
+TOLERANCE = 1e-4
+FRAMES = 24
+CASES = [  # reply, earlier user turns, speaker
+    ("Hello there, how are you today?", (), "ethan"),
+    ("The quick brown fox jumps over the lazy dog.", ("What does the fox do?",), "chelsie"),
+    ("Yes! I can't believe it's already the end of the year.", ("Good morning!", "Is it December?"), "aiden"),
+]
+
+
+def make(tmp_path_factory, variant: int, seed: int, edit=None):
+    ckpt = tmp_path_factory.mktemp(f"omni-ckpt-{variant}-{seed}")
+    model = build_model(seed, variant, tokenizer_dir=ckpt)
+    if edit is not None:
+        edit(model)
+    model.save_pretrained(ckpt)
+    art = tmp_path_factory.mktemp(f"omni-art-{variant}-{seed}")
+    export(ckpt, art, max_batch=4, max_seq=256)
+    return model, load_artifact(art)
+
+
+def ours(artifact, backend, cases, max_frames: int) -> list:
+    requests = [SpeechRequest(f"r{i}", text, voice=speaker, sampling=Sampling.greedy(), max_frames=max_frames,
+                              context=tuple(("user", u) for u in users)) for i, (text, users, speaker) in enumerate(cases)]
+    return Synthesizer(artifact, backend).synthesize(requests)
+
+
+def check(model, artifact, got, case, max_new_tokens: int) -> None:
+    text, users, speaker = case
+    codes, pcm = reference.generate(model, artifact.file("tokenizer"), text, users, speaker, max_new_tokens)
+    assert got.frames.shape == codes.shape and np.array_equal(got.frames, codes), (got.frames.shape, codes.shape)
+    assert got.pcm.shape == pcm.shape == (max(0, 1920 * len(codes) - 555),)
+    assert np.abs(got.pcm - pcm).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_greedy_frames_and_pcm_equal_the_library(tmp_path_factory, backend, variant):
+    model, artifact = make(tmp_path_factory, variant, seed=20 + variant)
+    results = ours(artifact, backend, CASES, FRAMES - 1)  # the library's last token gets no frame
+    for got, case in zip(results, CASES):
+        check(model, artifact, got, case, FRAMES)
+        assert got.reason == "length"
+    if variant == 0:  # `edged synth` on the artifact: the same frames as the cohort above
+        text, users, speaker = CASES[1]
+        out = tmp_path_factory.mktemp("omni-synth")
+        argv = ["synth", "--artifact", str(artifact.path), "--text", text, "--speaker", speaker, "--greedy",
+                "--max-frames", str(FRAMES - 1), "--out", str(out / "a.wav"), "--codes", str(out / "a.json")]
+        assert main([*argv, *(a for u in users for a in ("--user-text", u))]) == 0
+        assert np.array_equal(json.loads((out / "a.json").read_text())["frames"], results[1].frames)
+
+
+def test_a_reply_that_ends_on_eos_ends_like_the_library(tmp_path_factory, backend):
+    """eos is allowed from the first decision (unlike Qwen3-TTS): the eos row of the codec head is made
+    the twin of a code the greedy run picks at step 6, so eos wins there (or earlier, on a near-tie)."""
+    plain, _ = make(tmp_path_factory, 0, seed=31)
+    codes, _ = reference.generate(plain, _tokenizer(tmp_path_factory), *CASES[0], max_new_tokens=FRAMES)
+    target = int(codes[6, 0])
+
+    def end_early(model):
+        with torch.no_grad():
+            head = model.talker.codec_head.weight
+            head[model.config.talker_config.codec_eos_token_id] = head[target] * 1.01
+    model, artifact = make(tmp_path_factory, 0, seed=31, edit=end_early)
+    got = ours(artifact, backend, CASES[:1], FRAMES - 1)[0]
+    assert got.reason == "eos" and len(got.frames) <= 6
+    check(model, artifact, got, CASES[0], FRAMES)
+
+
+def _tokenizer(tmp_path_factory):
+    ckpt = tmp_path_factory.mktemp("omni-tok")
+    build_model(0, 0, tokenizer_dir=ckpt)
+    return ckpt / "tokenizer.json"
+
+
+def test_segments_requests_are_checked(tmp_path_factory, backend):
+    _, artifact = make(tmp_path_factory, 2, seed=40)
+    synth = Synthesizer(artifact, backend)
+    for request, message in (
+            (SpeechRequest("a", "hi", voice="nobody"), r"unknown voice 'nobody' \(known: aiden, chelsie, ethan\)"),
+            (SpeechRequest("b", "hi", language="english"), r"unknown language 'english' \(known: auto\)"),
+            (SpeechRequest("c", "hi", context=(("robot", "beep"),)), r"context\[0\] must be a \(role, content\) turn"),
+            (SpeechRequest("d", "hi", instruct="whisper"), "does not support instruct")):
+        with pytest.raises(RequestError, match=message):
+            synth.synthesize([request])
+    system_and_history = (("system", "Be brief."), ("user", "Hi!"), ("assistant", "Hello."), ("user", "And now?"))
+    plain = SpeechRequest("e", "Fine.", sampling=Sampling.greedy(), max_frames=8, context=(("user", "Hi!"),
+                                                                                             ("user", "And now?")))
+    dropped = SpeechRequest("f", "Fine.", sampling=Sampling.greedy(), max_frames=8, context=system_and_history)
+    a, b = synth.synthesize([plain, dropped])
+    assert np.array_equal(a.frames, b.frames)  # system and earlier assistant turns are dropped, as the reference does

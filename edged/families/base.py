@@ -46,7 +46,7 @@ class Talking:
     """The table streamed text ids are rows of (they grow the text track)."""
     text_end: Lookup
     """The row that ends a streamed text on the track (one row)."""
-    eos_blocked_decisions: int = 2
+    eos_blocked_decisions: int
     """Code-0 decisions at the start during which eos is masked (Qwen3-TTS's reference: 2;
     Qwen3-Omni's: none)."""
 

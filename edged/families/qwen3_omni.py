@@ -4,12 +4,8 @@ drops. The graphs and the tables are Qwen3-TTS's (docs/artifact.md)."""
 
 from __future__ import annotations
 
-from edged.families.base import Talking
 from edged.families.qwen3_tts import TEXT_SPECIALS, Qwen3TTS
 from edged.talker.layouts.segments import SegmentsLayout
-from edged.talker.layouts.tts import TEXT
-from edged.talker.prompt import Lookup
-from edged.talker.text import TextEncoder
 
 CODEC_SPECIALS = ("codec_pad", "codec_bos", "codec_eos", "codec_nothink", "codec_think_bos", "codec_think_eos")
 ROLE_SPECIALS = ("im_start", "im_end", "system", "user", "assistant")
@@ -23,12 +19,8 @@ class Qwen3Omni(Qwen3TTS):
     text_specials = TEXT_SPECIALS + ROLE_SPECIALS
     special_keys = CODEC_SPECIALS + TEXT_SPECIALS + ROLE_SPECIALS
     lead_samples = True
-
-    def talking(self, artifact) -> Talking:
-        layout = SegmentsLayout(artifact, TextEncoder(artifact.file("tokenizer")))
-        sp = artifact.special
-        return Talking(layout, eos=sp["codec_eos"], pad=Lookup(TEXT, (sp["tts_pad"],)), text_table=TEXT,
-                       text_end=Lookup(TEXT, (sp["tts_eos"],)), eos_blocked_decisions=0)
+    layout_class = SegmentsLayout
+    eos_blocked_decisions = 0  # the reference allows eos from the first decision
 
 
 FAMILY = Qwen3Omni()

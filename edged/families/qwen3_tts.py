@@ -22,6 +22,9 @@ class Qwen3TTS(Family):
     special_keys: tuple[str, ...] = CODEC_SPECIALS + TEXT_SPECIALS
     lead_samples = False
     """Whether the vocoder's streams may start with samples the host drops (audio.lead_samples)."""
+    layout_class: type[TtsLayout] = TtsLayout
+    eos_blocked_decisions = 2
+    """The reference masks eos for the first two code-0 decisions."""
 
     def check(self, m: Manifest) -> None:
         super().check(m)
@@ -39,10 +42,10 @@ class Qwen3TTS(Family):
         return {TEXT: (dims.text_vocab, dims.hidden), "codec_embedding": (dims.vocab, dims.hidden)}
 
     def talking(self, artifact) -> Talking:
-        layout = TtsLayout(artifact, TextEncoder(artifact.file("tokenizer")))
+        layout = self.layout_class(artifact, TextEncoder(artifact.file("tokenizer")))
         sp = artifact.special
         return Talking(layout, eos=sp["codec_eos"], pad=Lookup(TEXT, (sp["tts_pad"],)), text_table=TEXT,
-                       text_end=Lookup(TEXT, (sp["tts_eos"],)))
+                       text_end=Lookup(TEXT, (sp["tts_eos"],)), eos_blocked_decisions=self.eos_blocked_decisions)
 
 
 FAMILY = Qwen3TTS()

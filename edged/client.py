@@ -185,6 +185,18 @@ class Utterance:
         self.client.ack(self.id, played_ms, final=final)
 
 
+def media_layout(hidden: np.ndarray) -> dict[str, Any]:
+    """The speak header's `media` for thinker hidden states [rows, width] (float16 or float32)."""
+    if hidden.ndim != 2 or hidden.dtype not in (np.float16, np.float32):
+        raise ValueError(f"media must be a [rows, width] float16 or float32 array, got {hidden.dtype} {hidden.shape}")
+    return {"dtype": hidden.dtype.name, "shape": list(hidden.shape)}
+
+
+def media_frame(hidden: np.ndarray) -> bytes:
+    """The media's binary frame: row-major, little-endian."""
+    return np.ascontiguousarray(hidden, hidden.dtype.newbyteorder("<")).tobytes()
+
+
 class Client:
     """A connection to the daemon at `endpoint` (e.g. "ipc:///run/edged/edged.sock").
 
@@ -219,16 +231,18 @@ class Client:
               voice: str | None = None, language: str | None = None, instruct: str | None = None,
               play: bool = True, stream: bool = False, format: str = "f32le", max_audio_ms: int | None = None,
               sampling: dict[str, Any] | None = None, report_codes: bool = False,
-              context: list[dict[str, str]] | None = None) -> Utterance:
+              context: list[dict[str, str]] | None = None, media: np.ndarray | None = None) -> Utterance:
         """Send a speak; its Utterance (nothing is waited for yet). `id` defaults to a fresh uuid4 hex.
-        `context`: earlier turns [{role, content}] (Qwen3-Omni artifacts)."""
+        `context`: earlier turns [{role, content}] (Qwen3-Omni artifacts); `media`: the thinker's
+        hidden states of the media placeholders in their user turns, [rows, width] float16 or float32."""
         id = uuid.uuid4().hex if id is None else id
         if id in self._inbox:
             raise ValueError(f"speak id {id!r} is already in flight on this client")
         msg = protocol.Speak(id=id, text=text, more_text=more_text, session=session, voice=voice,
                              language=language, instruct=instruct, play=play, stream=stream, format=format,
-                             max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes, context=context)
-        frames = protocol.encode(msg)
+                             max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes, context=context,
+                             media=None if media is None else media_layout(media))
+        frames = protocol.encode(msg, None if media is None else media_frame(media))
         self._inbox[id] = deque()
         try:
             self._send(frames, f"speak {id!r}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
 Id = str | int
 """A request id, chosen by the client (protocol ids are strings or integers)."""
 
@@ -104,3 +106,6 @@ class SpeechRequest:
     """Earlier turns of the conversation, (role, content), as the thinker saw them (the `segments`
     layout, Qwen3-Omni: user turns become prompt rows; system and assistant turns are dropped, as
     the reference drops them). The `tts` layout takes none."""
+    media: np.ndarray | None = field(default=None, compare=False)
+    """The thinker's hidden states [rows, width] of the media placeholders (audio, image, video pad
+    tokens) in the context's user turns, one row per placeholder in order (the `segments` layout)."""

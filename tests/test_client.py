@@ -72,7 +72,7 @@ class FakeDaemon:
                 continue
             peer, *frames = self.socket.recv_multipart()
             try:
-                msg = decode(frames, max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES)
+                msg, _ = decode(frames, max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES)
             except ProtocolError as e:
                 self.send(peer, Error(reason=e.reason, id=e.id))
                 continue

@@ -1,12 +1,13 @@
 """Qwen3-Omni end to end: greedy codec frames from edged (the exported artifact on ONNX Runtime,
 `Synthesizer` and the `segments` layout) equal, frame for frame, those of transformers' own talker
 generation on tiny random checkpoints of three shapes, with and without earlier user turns, for each
-speaker, and on a checkpoint made to end on eos; the PCM is within 1e-4 of the library's code2wav
-over the samples it returns (1920 x frames - 555)."""
+speaker, with media hidden states in user turns, and on a checkpoint made to end on eos; the PCM is
+within 1e-4 of the library's code2wav over the samples it returns (1920 x frames - 555)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ pytest.importorskip("transformers")
 
 from edged.artifact import load_artifact
 from edged.cli import main
+from edged.families import get_family
 from edged.request import Sampling, SpeechRequest
 from edged.synth import RequestError, Synthesizer
 from engines.qwen3_omni import reference
@@ -111,3 +113,49 @@ def test_segments_requests_are_checked(tmp_path_factory, backend):
     dropped = SpeechRequest("f", "Fine.", sampling=Sampling.greedy(), max_frames=8, context=system_and_history)
     a, b = synth.synthesize([plain, dropped])
     assert np.array_equal(a.frames, b.frames)  # system and earlier assistant turns are dropped, as the reference does
+
+
+MEDIA_TURNS = ("<|audio_start|>" + "<|audio_pad|>" * 3 + "<|audio_end|>What did I just say?",
+               "<|vision_start|>" + "<|image_pad|>" * 2 + "<|vision_end|>And this?<|vision_start|><|video_pad|>"
+               "<|vision_end|>")
+"""User turns as the thinker's processor expands them: one pad token per media row (3 + 2 + 1)."""
+
+
+def test_media_rows_and_frames_equal_the_library(tmp_path_factory, backend):
+    """The talker rows of user turns with media placeholders equal `_get_talker_user_parts` for the
+    same thinker hidden states (hidden_projection at the placeholders, text_projection elsewhere), and
+    greedy frames follow the library's."""
+    model, artifact = make(tmp_path_factory, 1, seed=50)
+    hidden = np.random.default_rng(1).standard_normal((6, artifact.dims.text_hidden)).astype(np.float16)
+    request = SpeechRequest("m", "I heard a bird, and I see a cat.", voice="aiden", sampling=Sampling.greedy(),
+                            max_frames=FRAMES - 1, context=tuple(("user", u) for u in MEDIA_TURNS), media=hidden)
+    prompt = get_family("qwen3_omni").layout(artifact).plan(request)
+    rows = np.zeros((prompt.prefill_len, artifact.dims.hidden), np.float32)
+    prompt.write(artifact.tables(), rows, np.zeros((prompt.track_len, artifact.dims.hidden), np.float32))
+    want = reference.user_rows(model, artifact.file("tokenizer"), MEDIA_TURNS, hidden)
+    assert np.abs(rows[:len(want)] - want).max() <= 1e-5
+    plain = replace(request, media=np.zeros_like(hidden))
+    got, without = Synthesizer(artifact, backend).synthesize([request, plain])
+    codes, pcm = reference.generate(model, artifact.file("tokenizer"), request.text, MEDIA_TURNS, "aiden", FRAMES,
+                                    media=hidden)
+    assert np.array_equal(got.frames, codes) and np.abs(got.pcm - pcm).max() <= TOLERANCE
+    assert not np.array_equal(got.frames, without.frames)  # the hidden states are read
+
+
+def test_media_requests_are_checked(tmp_path_factory, backend):
+    _, artifact = make(tmp_path_factory, 2, seed=41)
+    synth = Synthesizer(artifact, backend)
+    width = artifact.dims.text_hidden
+    turns = tuple(("user", u) for u in MEDIA_TURNS)
+    for media, context, message in (
+            (None, turns, "media: the context's user turns have 6 media placeholders, and the request has no "
+                          "media hidden states for them"),
+            (np.zeros((5, width), np.float32), turns, "media: 5 rows of hidden states for 6 media placeholders"),
+            (np.zeros((6, width + 1), np.float32), turns,
+             rf"media: hidden states of shape \[6, {width + 1}\]; this model's thinker rows have width {width}"),
+            (np.full((6, width), np.nan, np.float32), turns, "media: the hidden states hold NaN or infinite values"),
+            (np.zeros((1, width), np.float32), (), "media: 1 rows of hidden states for 0 media placeholders")):
+        with pytest.raises(RequestError, match=message):
+            synth.synthesize([SpeechRequest("a", "hi", context=context, media=media)])
+    with pytest.raises(RequestError, match=r"media: this model \(layout tts\) takes no media hidden states"):
+        Synthesizer(load_artifact(), backend).synthesize([SpeechRequest("b", "hi", media=np.zeros((1, 4)))])

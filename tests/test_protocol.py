@@ -82,7 +82,7 @@ REPLIES = [
 def test_request_round_trip(msg):
     frames = encode(msg)
     assert len(frames) == 1
-    assert decode(frames, max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES) == msg
+    assert decode(frames, max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES) == (msg, None)
 
 
 @pytest.mark.parametrize("msg,pcm", REPLIES, ids=lambda m: getattr(m, "op", "pcm"))
@@ -112,7 +112,7 @@ def test_none_fields_are_left_out_and_ids_echo_exactly():
     assert "voice" not in header and "sampling" not in header and header["id"] == 12
     assert msgpack.unpackb(encode(StatusReply({"a": 1}))[0]) == {"op": "status", "a": 1}
     # absent and nil mean the same for optional fields
-    assert decode(pack(speak_header(voice=None, max_audio_ms=None))) == Speak(id="r1", text="hi")
+    assert decode(pack(speak_header(voice=None, max_audio_ms=None))) == (Speak(id="r1", text="hi"), None)
 
 
 def test_sampling_keys_are_the_runtime_keys():
@@ -124,7 +124,7 @@ def test_encode_checks_like_decode():
         encode(Speak(id="r1", text="a", format="wav"))
     with pytest.raises(ProtocolError, match="unexpected binary frame: speak carries none"):
         encode(Speak(id="r1", text="a"), b"\0\0")
-    with pytest.raises(ProtocolError, match="audio: missing the binary PCM frame"):
+    with pytest.raises(ProtocolError, match="audio: missing the binary frame"):
         encode(protocol.Audio(id="r1", seq=0, sample_rate=24000, format="f32le", first_sample=0, samples=1))
     with pytest.raises(ProtocolError, match="must not contain 'op'"):
         encode(StatusReply({"op": "x"}))
@@ -207,7 +207,32 @@ MALFORMED = [
     (pack(speak_header()) + [b"\0\0\0\0"], "unexpected binary frame: speak carries none", "r1"),
     (pack({"op": "status"}) + [b""], "unexpected binary frame: status carries none", None),
     (pack(speak_header()) + [b"a", b"b"], "too many frames: 3", "r1"),
+    # media: the frame is there exactly when the header says, with the size it says
+    (pack(speak_header(media={"dtype": "float16", "shape": [2, 3]})), "speak: missing the binary frame "
+     "(media float16 [2, 3])", "r1"),
+    (pack(speak_header(media={"dtype": "float16", "shape": [2, 3]})) + [b"\0" * 24],
+     "speak: binary frame has 24 bytes, expected 12 (media float16 [2, 3])", "r1"),
+    (pack(speak_header(media={"dtype": "float64", "shape": [2, 3]})) + [b"\0" * 48],
+     "speak.media.dtype must be one of 'float16', 'float32', got str 'float64'", "r1"),
+    (pack(speak_header(media={"dtype": "float32", "shape": [6]})) + [b"\0" * 24],
+     "speak.media.shape must be [rows, width], two integers > 0, got [6]", "r1"),
+    (pack(speak_header(media={"dtype": "float32", "shape": [0, 3]})) + [b""],
+     "speak.media.shape must be [rows, width], two integers > 0, got [0, 3]", "r1"),
+    (pack(speak_header(media={"dtype": "float32", "shape": "2x3"})) + [b"\0" * 24],
+     "speak.media.shape must be [rows, width], two integers > 0, got str '2x3'", "r1"),
+    (pack(speak_header(media={"dtype": "float32", "shape": [2, 3], "order": "C"})) + [b"\0" * 24],
+     "speak.media: unknown key 'order' (known: dtype, shape)", "r1"),
+    (pack(speak_header(media=[2, 3])) + [b"\0" * 24], "speak.media must be a map, got array", "r1"),
 ]
+
+
+def test_speak_with_media_carries_its_frame():
+    hidden = np.arange(6, dtype="<f2").reshape(2, 3)
+    msg = Speak(id="r1", text="hi", context=[{"role": "user", "content": "look"}],
+                media={"dtype": "float16", "shape": [2, 3]})
+    frames = encode(msg, memoryview(hidden).cast("B"))
+    assert len(frames) == 2
+    assert decode(frames) == (msg, hidden.tobytes())
 
 
 @pytest.mark.parametrize("frames,reason,id", MALFORMED, ids=lambda x: None)
@@ -234,7 +259,7 @@ def test_oversized_is_rejected_before_unpacking(monkeypatch):
 
 def test_max_bytes_is_inclusive():
     frames = pack(speak_header(text="a" * 100))
-    assert decode(frames, max_bytes=len(frames[0])).text == "a" * 100
+    assert decode(frames, max_bytes=len(frames[0]))[0].text == "a" * 100
     with pytest.raises(ProtocolError, match="too large"):
         decode(frames, max_bytes=len(frames[0]) - 1)
 
@@ -248,7 +273,7 @@ def test_requests_are_not_replies_and_replies_are_not_requests():
 
 MALFORMED_REPLIES = [
     (pack({"op": "audio", "id": "r1", "seq": 0, "sample_rate": 24000, "format": "f32le", "first_sample": 0,
-           "samples": 2}), "audio: missing the binary PCM frame"),
+           "samples": 2}), "audio: missing the binary frame"),
     (pack({"op": "audio", "id": "r1", "seq": 0, "sample_rate": 24000, "format": "f32le", "first_sample": 0,
            "samples": 2}) + [b"\0" * 4], "audio: binary frame has 4 bytes, expected 8 (2 samples of f32le)"),
     (pack({"op": "audio", "id": "r1", "seq": -1, "sample_rate": 24000, "format": "f32le", "first_sample": 0,

@@ -41,8 +41,11 @@ class Qwen3TTS(Family):
         # text_projected = text_projection(text_embedding(x)) for every text token, computed at export
         return {TEXT: (dims.text_vocab, dims.hidden), "codec_embedding": (dims.vocab, dims.hidden)}
 
+    def layout(self, artifact) -> TtsLayout:
+        return self.layout_class(artifact, TextEncoder(artifact.file("tokenizer")))
+
     def talking(self, artifact) -> Talking:
-        layout = self.layout_class(artifact, TextEncoder(artifact.file("tokenizer")))
+        layout = self.layout(artifact)
         sp = artifact.special
         return Talking(layout, eos=sp["codec_eos"], pad=Lookup(TEXT, (sp["tts_pad"],)), text_table=TEXT,
                        text_end=Lookup(TEXT, (sp["tts_eos"],)), eos_blocked_decisions=self.eos_blocked_decisions)

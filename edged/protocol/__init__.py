@@ -1,8 +1,10 @@
 """Wire protocol v1: typed messages, one framing pair, and the one place that decodes.
 
-A message is one msgpack map (the header, with an `op`) optionally followed by ONE binary frame;
-only `audio` (server -> client) carries one, its PCM. Over the ROUTER socket the server sees the
-peer's identity frame first: strip it, pass the rest to `decode`. docs/protocol.md is the reference.
+A message is one msgpack map (the header, with an `op`) optionally followed by ONE binary frame:
+`audio` (server -> client) carries its PCM, and `speak` with `media` the thinker's hidden states;
+each says in its header how many bytes the frame has (`frame_bytes`), and no other message has one.
+Over the ROUTER socket the server sees the peer's identity frame first: strip it, pass the rest to
+`decode`. docs/protocol.md is the reference.
 
 Each message is a frozen dataclass whose fields are the wire table: `field(metadata=CHECK)` names
 the check `decode` runs on the field. A field without a default is required; an optional field
@@ -32,6 +34,8 @@ from edged.protocol.checks import (
     INT_GT0,
     MAP,
     MAX_ID_CHARS,
+    MEDIA,
+    MEDIA_DTYPES,
     NUMBER_GE0,
     OPT_ID,
     OPT_INT_GT0,
@@ -82,6 +86,16 @@ class Speak:
     context: list[dict[str, str]] | None = field(default=None, metadata=CONTEXT)
     """Earlier turns as the thinker saw them, [{role, content}] (Qwen3-Omni artifacts: user turns
     become talker rows, system and assistant turns are dropped; other artifacts reject it)."""
+    media: dict[str, Any] | None = field(default=None, metadata=MEDIA)
+    """{dtype: "float16" | "float32", shape: [rows, width]}: the binary frame holds the thinker's hidden
+    states of the media placeholders in the context's user turns, row-major, little-endian, one row
+    per placeholder in order."""
+
+    def frame_bytes(self) -> int | None:
+        if self.media is None:
+            return None
+        rows, width = self.media["shape"]
+        return rows * width * MEDIA_DTYPES[self.media["dtype"]]
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,9 @@ class Audio:
     samples: int = field(metadata=INT_GE0)
     """Number of samples in this chunk (the binary frame is samples x bytes per sample)."""
 
+    def frame_bytes(self) -> int:
+        return self.samples * BYTES_PER_SAMPLE[self.format]
+
 
 @dataclass(frozen=True)
 class Done:
@@ -219,7 +236,8 @@ REPLIES: dict[str, type] = {c.op: c for c in (Accepted, Rejected, Audio, Done, H
 
 
 def encode(msg: Message, pcm: Buffer | None = None) -> list[Buffer]:
-    """The frames of `msg`: its msgpack header, then `pcm` for `audio` (and only for audio).
+    """The frames of `msg`: its msgpack header, then `pcm`, its binary frame (audio's PCM, speak's
+    media), when the message has one.
 
     `pcm` may be any contiguous buffer (bytes, a memoryview of a numpy array); it is not copied.
     Fields that are None are left out. The header is checked as `decode` would, so a bad message
@@ -244,8 +262,10 @@ def encode(msg: Message, pcm: Buffer | None = None) -> list[Buffer]:
     return frames
 
 
-def decode(frames: Sequence[bytes], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Request:
-    """The client -> server message in `frames` (the ROUTER's identity frame already stripped).
+def decode(frames: Sequence[bytes], *,
+           max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[Request, bytes | None]:
+    """The client -> server message in `frames` (the ROUTER's identity frame already stripped), with
+    its binary frame (speak's media) or None.
 
     Raises ProtocolError(reason, id) with the id echoed when the header had a readable one.
     The size limit is checked before anything is unpacked.
@@ -256,7 +276,8 @@ def decode(frames: Sequence[bytes], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTE
     if size > max_bytes:
         raise ProtocolError(f"message too large: {size} bytes (max {max_bytes})")
     header = _unpack(frames[0])
-    return _validate(REQUESTS, header, len(frames), None)
+    blob = bytes(frames[1]) if len(frames) == 2 else None
+    return _validate(REQUESTS, header, len(frames), None if blob is None else len(blob)), blob
 
 
 def decode_reply(frames: Sequence[bytes]) -> tuple[Reply, bytes | None]:
@@ -301,10 +322,6 @@ def _validate(table: dict[str, type], header: dict, num_frames: int, pcm_bytes: 
         if num_frames > 2:
             raise ProtocolError(f"too many frames: {num_frames} (a message is one header frame, "
                                 "optionally followed by one binary frame)")
-        if cls is Audio and num_frames == 1:
-            raise ProtocolError("audio: missing the binary PCM frame")
-        if cls is not Audio and num_frames == 2:
-            raise ProtocolError(f"unexpected binary frame: {op} carries none")
         if cls is StatusReply:
             return StatusReply(fields={k: v for k, v in header.items() if k != "op"})
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -320,14 +337,26 @@ def _validate(table: dict[str, type], header: dict, num_frames: int, pcm_bytes: 
             f.metadata["check"](header[name], f"{op}.{name}")
             values[name] = header[name]
         msg = cls(**values)
-        if isinstance(msg, Audio):
-            want = msg.samples * BYTES_PER_SAMPLE[msg.format]
-            if pcm_bytes != want:
-                raise ProtocolError(f"audio: binary frame has {pcm_bytes} bytes, expected {want} "
-                                    f"({msg.samples} samples of {msg.format})")
+        _check_frame(msg, pcm_bytes)
         return msg
     except ProtocolError as e:
         raise ProtocolError(e.reason, id) from None
+
+
+def _check_frame(msg: Message, got: int | None) -> None:
+    """The binary frame is there exactly when the header says it is, with the size it says."""
+    want = msg.frame_bytes() if isinstance(msg, (Audio, Speak)) else None
+    if want is None:
+        if got is not None:
+            carries = " (speak carries one only with media)" if isinstance(msg, Speak) else ""
+            raise ProtocolError(f"unexpected binary frame: {msg.op} carries none{carries}")
+        return
+    what = (f"{msg.samples} samples of {msg.format}" if isinstance(msg, Audio)
+            else f"media {msg.media['dtype']} {msg.media['shape']}")  # type: ignore[union-attr,index]
+    if got is None:
+        raise ProtocolError(f"{msg.op}: missing the binary frame ({what})")
+    if got != want:
+        raise ProtocolError(f"{msg.op}: binary frame has {got} bytes, expected {want} ({what})")
 
 
 __all__ = [
@@ -346,6 +375,7 @@ __all__ = [
     "HistoryReply",
     "Id",
     "MAX_ID_CHARS",
+    "MEDIA_DTYPES",
     "Message",
     "PROTOCOL_VERSION",
     "ProtocolError",

@@ -150,6 +150,24 @@ def _context(v: Any, where: str) -> None:
         _check(STR, turn["content"], f"{at}.content")
 
 
+MEDIA_DTYPES = {"float16": 2, "float32": 4}
+"""Element types of a speak's media frame (little-endian), and their sizes in bytes."""
+
+
+def _media(v: Any, where: str) -> None:
+    """The layout of a speak's binary frame of thinker hidden states: nil, or {dtype, shape: [rows, width]}."""
+    if v is None:
+        return
+    _check(MAP, v, where)
+    _keys(v, where, ("dtype", "shape"), required=("dtype", "shape"))
+    _check(_one_of(tuple(MEDIA_DTYPES)), v["dtype"], f"{where}.dtype")
+    shape = v["shape"]
+    if not (isinstance(shape, list) and len(shape) == 2 and all(_is_int(x) and x > 0 for x in shape)):
+        got = f"{shape!r:.60}" if isinstance(shape, list) else describe(shape)
+        raise ProtocolError(f"{where}.shape must be [rows, width], two integers > 0, got {got}")
+
+
 SAMPLING: Spec = {"check": _sampling}
+MEDIA: Spec = {"check": _media}
 TURNS: Spec = {"check": _turns}
 CONTEXT: Spec = {"check": _context}

@@ -13,6 +13,7 @@ import queue
 import threading
 from dataclasses import replace
 
+import numpy as np
 import zmq
 
 from edged import protocol as wire
@@ -25,6 +26,11 @@ log = logging.getLogger("edged.server")
 
 REPLIES = "inproc://edged-replies"
 HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times over the limit
+
+
+def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
+    """A speak's media frame as the [rows, width] array its header describes (decode checked the size)."""
+    return np.frombuffer(blob or b"", np.dtype(layout["dtype"]).newbyteorder("<")).reshape(layout["shape"])
 
 
 class Server:
@@ -92,8 +98,8 @@ class Server:
 
     def _receive(self, client: bytes, frames: list[bytes]) -> None:
         try:
-            message = wire.decode(frames, max_bytes=self.max_bytes)
-            command = self._command(client, message)
+            message, blob = wire.decode(frames, max_bytes=self.max_bytes)
+            command = self._command(client, message, blob)
         except wire.ProtocolError as exc:
             log.warning("bad message: %s", exc.reason, extra={"request_id": str(exc.id) if exc.id is not None else ""})
             self.router.send_multipart([client, *wire.encode(wire.Error(exc.reason, exc.id))])
@@ -101,10 +107,10 @@ class Server:
         if command is not None:
             self.inbox.put(command)
 
-    def _command(self, client: bytes, message):
+    def _command(self, client: bytes, message, blob: bytes | None):
         """The loop's command for a message; None when the history thread takes it instead."""
         if isinstance(message, wire.Speak):
-            request = self._request(message)
+            request = self._request(message, blob)
             session = message.session or None
             if session is not None:  # the reply's slot in the history comes before anything sent after it
                 self._history(message).inbox.put(Reserve(client, message.id, session, message.text, message.voice,
@@ -133,10 +139,11 @@ class Server:
             raise wire.ProtocolError(f"{message.op}: this daemon keeps no history", getattr(message, "id", None))
         return self.history
 
-    def _request(self, m: wire.Speak) -> SpeechRequest:
+    def _request(self, m: wire.Speak, blob: bytes | None) -> SpeechRequest:
         # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
         sampling = replace(self.defaults, **(m.sampling or {}))
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
                              sampling=sampling, max_frames=max_frames, more_text=m.more_text, dual_track=m.more_text,
-                             context=tuple((t["role"], t["content"]) for t in m.context or ()))
+                             context=tuple((t["role"], t["content"]) for t in m.context or ()),
+                             media=None if m.media is None else media_rows(m.media, blob))

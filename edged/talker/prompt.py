@@ -1,16 +1,15 @@
 """A talker prompt: the prefill rows and the text track, as row blocks a family's layout decides.
 
 Every prompt row is a sum of parts: rows looked up by id in a host table (the projected text table,
-the codec embedding) or rows given as vectors (a cloned voice's x-vector, a thinker's hidden
-states). A `Block` is a run of consecutive rows whose parts all have its length. The prefill is
-fed at once; the text track is read one row per frame after it, and once it is used up the family's
-pad row follows. Layouts (`edged.talker.layouts`) build prompts; `write` lays them into the
-stage's preallocated buffers.
-"""
+the codec embedding), rows given as vectors (a cloned voice's x-vector), or vectors of another width
+projected into talker rows when the prompt is written (a thinker's hidden states). A `Block` is a
+run of consecutive rows whose parts all have its length. The prefill is fed at once; the text track
+is read one row per frame after it, and once it is used up the family's pad row follows. Layouts
+(`edged.talker.layouts`) build prompts; `write` lays them into the stage's preallocated buffers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +40,19 @@ class Given:
         return int(self.rows.shape[0])
 
 
-Part = Lookup | Given
+@dataclass(frozen=True, eq=False)
+class Projected:
+    """Vectors [n, W] that `project` turns into talker rows [n, H] when the prompt is written, so
+    admission plans a prompt without paying for them."""
+
+    rows: np.ndarray
+    project: Callable[[np.ndarray], np.ndarray]
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+
+Part = Lookup | Given | Projected
 
 
 @dataclass(frozen=True)
@@ -89,8 +100,12 @@ def _write(blocks: tuple[Block, ...], tables: Mapping[str, np.ndarray], out: np.
         if not len(rows):
             return
         for i, part in enumerate(block.parts):
-            source = tables[part.table][list(part.ids)] if isinstance(part, Lookup) else part.rows
-            source = source[:len(rows)]
+            if isinstance(part, Lookup):
+                source = tables[part.table][list(part.ids[:len(rows)])]
+            elif isinstance(part, Projected):
+                source = part.project(part.rows[:len(rows)])
+            else:
+                source = part.rows[:len(rows)]
             if source.shape[1:] != rows.shape[1:]:
                 raise PromptError(f"prompt rows have width {source.shape[1:]}, the talker takes {rows.shape[1:]}")
             if i == 0:

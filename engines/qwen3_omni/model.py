@@ -68,7 +68,9 @@ class Qwen3OmniConfig:
                 "assistant": cfg["assistant_token_id"],
             },
             speakers={name.lower(): int(i) for name, i in (t.get("speaker_id") or {}).items()},
-            media={k: t[k] for k in ("audio_token_id", "image_token_id", "video_token_id") if k in t},
+            # the library's multimodal_mask reads the thinker's placeholder ids
+            media={k: _key(cfg["thinker_config"], k, "thinker_config")
+                   for k in ("audio_token_id", "image_token_id", "video_token_id")},
         )
 
 

@@ -4,7 +4,9 @@
 (`_get_talker_user_parts`, `_get_talker_assistant_parts`, as `Qwen3OmniMoeForConditionalGeneration.
 generate` does after its thinker has run): the thinker's sequence is the tokenized conversation, its
 input embeddings are `embed_tokens` of that sequence without its last token (exactly what the thinker
-reports for text), and no thinker forward is needed. Then `talker.generate` runs greedily (the code
+reports for text), and no thinker forward is needed. Media placeholders in user turns take the given
+thinker hidden states (one row per placeholder, in order), as the thinker's `hidden_states` at
+`accept_hidden_layer` would hold them. Then `talker.generate` runs greedily (the code
 predictor's hard-coded sampling switched off) and `code2wav` decodes its codes.
 """
 
@@ -17,7 +19,8 @@ import torch
 
 
 def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = (), speaker: str = "ethan",
-             max_new_tokens: int = 64, repetition_penalty: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+             max_new_tokens: int = 64, repetition_penalty: float = 1.0,
+             media: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Greedy codes [N, G] (N frames: the token that ends generation gets no residuals) and the
     library's PCM for them (1920 x N - 555 samples)."""
     from tokenizers import Tokenizer
@@ -31,17 +34,16 @@ def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = ()
     with torch.no_grad():
         embed = model.thinker.get_input_embeddings()
         thinker_embed = embed(sequences[:, :-1])
-        thinker_hidden = torch.zeros_like(thinker_embed)  # only read at media placeholders: none here
         special = torch.tensor([[cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]])
         tts_bos, tts_eos, tts_pad = model.talker.text_projection(embed(special)).chunk(3, dim=1)
-        media = torch.zeros_like(sequences, dtype=torch.bool)
+        media_mask, thinker_hidden = placeholders(model, sequences, media)
         starts = [*torch.nonzero(input_ids[0] == cfg.im_start_token_id).squeeze(-1).tolist(), sequences.shape[-1]]
         rows, ids, trailing = [], [], None
         for i in range(len(starts) - 1):
             s, e = starts[i], starts[i + 1]
             role = int(input_ids[0, s + 1])
             if role == cfg.user_token_id:
-                rows.append(model._get_talker_user_parts(s, e, media, thinker_hidden, thinker_embed))
+                rows.append(model._get_talker_user_parts(s, e, media_mask, thinker_hidden, thinker_embed))
                 ids.append(sequences[:, s:e])
             elif role == cfg.assistant_token_id and i == len(starts) - 2:
                 part, part_ids, trailing = model._get_talker_assistant_parts(
@@ -64,3 +66,32 @@ def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = ()
         codes = torch.stack([h[-1] for h in out.hidden_states if h[-1] is not None], 1).transpose(1, 2)  # [1, G, N]
         pcm = model.code2wav(codes)[0, 0] if codes.shape[-1] else torch.zeros(0)
     return codes[0].T.numpy(), pcm.numpy()
+
+
+def placeholders(model, sequences: torch.Tensor, media: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The library's `multimodal_mask` over `sequences` [1, S], and thinker hidden states [1, S - 1, W]
+    holding `media` at the placeholders (zeros elsewhere: they are read only there)."""
+    cfg = model.config.thinker_config
+    ids = torch.tensor([cfg.audio_token_id, cfg.image_token_id, cfg.video_token_id])
+    mask = torch.isin(sequences, ids)
+    hidden = torch.zeros((1, sequences.shape[1] - 1, cfg.text_config.hidden_size))
+    if media is not None:
+        hidden[mask[:, :-1]] = torch.from_numpy(np.asarray(media, np.float32))
+    return mask, hidden
+
+
+def user_rows(model, tokenizer: Path, user_turns: tuple[str, ...], media: np.ndarray | None) -> np.ndarray:
+    """The talker rows of the user turns, [rows, hidden], as the library's `_get_talker_user_parts`
+    builds them."""
+    from tokenizers import Tokenizer
+
+    cfg = model.config
+    conversation = "".join(f"<|im_start|>user\n{u}<|im_end|>\n" for u in user_turns)
+    ids = Tokenizer.from_file(str(tokenizer)).encode(conversation + "<|im_start|>assistant\n").ids
+    sequences = torch.tensor([ids])
+    with torch.no_grad():
+        thinker_embed = model.thinker.get_input_embeddings()(sequences[:, :-1])
+        mask, hidden = placeholders(model, sequences, media)
+        starts = [*torch.nonzero(sequences[0] == cfg.im_start_token_id).squeeze(-1).tolist()]
+        parts = [model._get_talker_user_parts(s, e, mask, hidden, thinker_embed) for s, e in zip(starts, starts[1:])]
+    return torch.cat(parts, 1)[0].numpy()

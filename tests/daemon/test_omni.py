@@ -1,8 +1,11 @@
 """The daemon serves a Qwen3-Omni artifact: a speak with its conversation `context` gives, over the
-protocol, the frames and PCM that `Synthesizer` makes offline for the same request (and those equal
+protocol, the frames and PCM that `Synthesizer` makes offline for the same request (also with the
+thinker's hidden states of media placeholders in its binary frame) (and those equal
 transformers', tests/test_omni_parity.py); the Qwen3-TTS built-in artifact rejects a context."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,6 +22,8 @@ from engines.qwen3_omni.tiny import build_tiny
 
 FRAMES = 20
 CONTEXT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is it December?"}]
+MEDIA_CONTEXT = [{"role": "user", "content": "<|audio_start|><|audio_pad|><|audio_pad|><|audio_pad|><|audio_end|>"
+                                            "Is it December?"}]
 
 
 def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, tmp_path, backend):
@@ -26,14 +31,27 @@ def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, tmp_path
     export(build_tiny(tmp_path / "ckpt", seed=5, variant=1), art, max_batch=4, max_seq=128)
     request = SpeechRequest("r", "Yes, it is the end of the year.", voice="chelsie", max_frames=FRAMES,
                             sampling=Sampling.greedy(), context=tuple((t["role"], t["content"]) for t in CONTEXT))
-    offline = Synthesizer(load_artifact(art), backend).synthesize([request])[0]
+    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n')
+    artifact = load_artifact(art)
+    hidden = np.random.default_rng(2).standard_normal((3, artifact.dims.text_hidden)).astype(np.float16)
+    with_media = replace(request, id="m", context=tuple((t["role"], t["content"]) for t in MEDIA_CONTEXT),
+                         media=hidden)
+    offline, offline_media = Synthesizer(artifact, backend).synthesize([request, with_media])
     daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n')
     with Client(daemon.endpoint) as client:
         utterance = client.speak(request.text, voice="chelsie", context=CONTEXT, play=False, stream=True,
                                  max_audio_ms=FRAMES * 80, report_codes=True)
         done = utterance.wait()
+        media = client.speak(request.text, voice="chelsie", context=MEDIA_CONTEXT, media=hidden, play=False,
+                             stream=True, max_audio_ms=FRAMES * 80, report_codes=True)
+        media_done = media.wait()
+        refused = "media: 2 rows of hidden states for 3 media placeholders in the context's user turns"
+        with pytest.raises(RequestRejected, match=refused):
+            client.speak("Hi.", context=MEDIA_CONTEXT, media=hidden[:2], play=False).wait()
     assert done.reason == "length" and done.report["rvq_codes"] == offline.frames.tolist()
     assert len(utterance.pcm) == FRAMES * 1920 - 555 and np.array_equal(utterance.pcm, offline.pcm)
+    assert media_done.report["rvq_codes"] == offline_media.frames.tolist()
+    assert np.array_equal(media.pcm, offline_media.pcm)
 
 
 def test_a_tts_artifact_rejects_a_context(shared_daemon):

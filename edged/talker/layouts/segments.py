@@ -13,38 +13,89 @@ embed_tokens(x)) (the `text_projected` table) and E(c) the talker's codec embedd
 
 The reply part is the `tts` layout's dual-track prompt with no language and a speaker (the reference
 requires one: "ethan" when the request names none and the artifact has it, else its first speaker),
-so streamed text works the same way. Media placeholders of user turns (thinker hidden states) are
-not taken yet.
+so streamed text works the same way.
+
+A user turn's media placeholders (the thinker's audio, image and video pad tokens, one per row, as
+the thinker's processor expanded them) are not text rows: their rows are H(hidden), the artifact's
+`hidden_projection` of the thinker's hidden states at those positions, which come with the request
+(`media`, [rows, thinker width], one row per placeholder of all user turns, in order). No codec row
+is added to user rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import groupby
 
+import numpy as np
+
+from edged.artifact.manifest import Manifest
 from edged.request import SpeechRequest
-from edged.talker.layouts.tts import TtsLayout, _text
-from edged.talker.prompt import Prompt, PromptError
-from edged.talker.text import Streamed
+from edged.talker.layouts.tts import TEXT, TtsLayout
+from edged.talker.projection import Projection
+from edged.talker.prompt import Block, Lookup, Projected, Prompt, PromptError
+from edged.talker.text import Streamed, TextEncoder
 
 ROLES = ("system", "user", "assistant")
 DEFAULT_SPEAKER = "ethan"  # the reference's default
+MEDIA_TOKENS = ("audio_token", "image_token", "video_token")
+"""The manifest's special ids of the thinker's media placeholders."""
 
 
 class SegmentsLayout(TtsLayout):
     takes_context = True
+
+    def __init__(self, manifest: Manifest, text: TextEncoder, media: Projection):
+        super().__init__(manifest, text)
+        self.media = media
+        self.media_ids = frozenset(manifest.special[k] for k in MEDIA_TOKENS)
 
     def check(self, req: SpeechRequest) -> None:
         for i, turn in enumerate(req.context):
             if len(turn) != 2 or turn[0] not in ROLES or not isinstance(turn[1], str):
                 raise PromptError(f"context[{i}] must be a (role, content) turn with role in {', '.join(ROLES)}")
         super().check(self._reply(req))
+        self._user_turns(req)
 
     def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
         self.check(req)
         reply = super().plan(self._reply(req), streamed)
-        users = tuple(_text(self.text.ids(f"<|im_start|>user\n{content}<|im_end|>\n"))
-                      for role, content in req.context if role == "user")
-        return Prompt(users + reply.prefill, reply.track, reply.text_tokens)
+        return Prompt(self._user_turns(req) + reply.prefill, reply.track, reply.text_tokens)
+
+    def _user_turns(self, req: SpeechRequest) -> tuple[Block, ...]:
+        """The user turns' rows: runs of text rows, and runs of media rows projected from the request's
+        hidden states; raises PromptError when the media do not fit the placeholders."""
+        turns = [self.text.ids(f"<|im_start|>user\n{content}<|im_end|>\n") for role, content in req.context
+                 if role == "user"]
+        wanted = sum(1 for ids in turns for i in ids if i in self.media_ids)
+        hidden = self._media(req, wanted)
+        blocks, used = [], 0
+        for ids in turns:
+            for is_media, group in groupby(ids, key=lambda i: i in self.media_ids):
+                run = tuple(group)
+                if is_media:
+                    blocks.append(Block((Projected(hidden[used:used + len(run)], self.media),)))
+                    used += len(run)
+                else:
+                    blocks.append(Block((Lookup(TEXT, run),)))
+        return tuple(blocks)
+
+    def _media(self, req: SpeechRequest, placeholders: int) -> np.ndarray:
+        media, width = req.media, self.media.width
+        if media is None:
+            if placeholders:
+                raise PromptError(f"media: the context's user turns have {placeholders} media placeholders, "
+                                  f"and the request has no media hidden states for them")
+            return np.zeros((0, width), np.float32)
+        if media.ndim != 2 or media.shape[1] != width:
+            raise PromptError(f"media: hidden states of shape {list(media.shape)}; this model's thinker rows "
+                              f"have width {width}")
+        if media.shape[0] != placeholders:
+            raise PromptError(f"media: {media.shape[0]} rows of hidden states for {placeholders} media "
+                              f"placeholders in the context's user turns")
+        if not np.isfinite(media).all():
+            raise PromptError("media: the hidden states hold NaN or infinite values")
+        return media
 
     def _reply(self, req: SpeechRequest) -> SpeechRequest:
         """The reply as the `tts` layout builds it: dual track, a speaker always."""

@@ -85,6 +85,8 @@ class TtsLayout:
         m, sp = self.manifest, self.sp
         if req.context and not self.takes_context:
             raise PromptError("context: this model (layout tts) takes no conversation context")
+        if req.media is not None and not self.takes_context:
+            raise PromptError("media: this model (layout tts) takes no media hidden states")
         if req.instruct and not m.supports_instruct:
             raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
         voice = None

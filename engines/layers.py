@@ -160,11 +160,14 @@ class MoE(nn.Module):
     shared expert scaled by a sigmoid gate; weights named as in the checkpoints (`gate`,
     `experts.{e}.*_proj`, `shared_expert.*`, `shared_expert_gate`).
 
-    Written for export in dense form: every expert runs and the routing weights are zero outside the
-    top k (a mask at the k-th largest probability), so the graph is MatMuls, TopK and elementwise
-    ops that any backend builds, with static shapes and no data-dependent gathers. The experts'
-    weights are loaded by their checkpoint names, then `pack()` stacks them into the three matrices
-    the forward uses (so the exported graph holds each weight once)."""
+    Written for export so that a step reads only the experts its rows use: the routing weights are
+    zero outside each row's top k (a mask at the k-th largest probability); the U = min(E, rows x k)
+    experts with the largest weight over the rows (every expert any row chose, and zero-weight ones
+    when rows share experts) are gathered from the stacked weights and run as one batched MatMul
+    each for gate, up and down. A decode step of one row reads k of E experts; a long prefill, all of
+    them. The graph is TopK (its K from the row count), Gather, MatMul and elementwise ops. The
+    experts' weights are loaded by their checkpoint names, then `pack()` stacks them ([E, H, I] for
+    gate and up, [E, I, H] for down) and frees the per-expert copies, so each weight is held once."""
 
     def __init__(self, c: StackConfig, m: MoEConfig):
         super().__init__()
@@ -177,10 +180,12 @@ class MoE(nn.Module):
 
     @torch.no_grad()
     def pack(self) -> None:
-        """Stack the loaded experts: gate and up [E*I, H], down [H, E*I]."""
-        self.packed = (torch.cat([e.gate_proj.weight for e in self.experts], dim=0),
-                       torch.cat([e.up_proj.weight for e in self.experts], dim=0),
-                       torch.cat([e.down_proj.weight for e in self.experts], dim=1))
+        """Stack the loaded experts (gate and up [E, H, I], down [E, I, H]) and drop the per-expert
+        modules."""
+        self.packed = (torch.stack([e.gate_proj.weight.T for e in self.experts]).contiguous(),
+                       torch.stack([e.up_proj.weight.T for e in self.experts]).contiguous(),
+                       torch.stack([e.down_proj.weight.T for e in self.experts]).contiguous())
+        self.experts = nn.ModuleList()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(self.gate(x).float(), dim=-1)  # [..., E]
@@ -189,10 +194,13 @@ class MoE(nn.Module):
         if self.m.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         gate, up, down = self.packed
-        act = nn.functional.silu(nn.functional.linear(x, gate)) * nn.functional.linear(x, up)  # [..., E*I]
-        act = (act.unflatten(-1, (self.m.experts, self.m.expert_width)) * weights.unsqueeze(-1)).flatten(-2)
-        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-        return nn.functional.linear(act, down) + shared
+        rows = x.reshape(-1, x.shape[-1])  # [N, H]
+        w = weights.reshape(-1, self.m.experts)  # [N, E]
+        used = torch.topk(w.amax(dim=0), torch.sym_min(self.m.experts, rows.shape[0] * self.m.top_k)).indices
+        act = nn.functional.silu(rows @ gate[used]) * (rows @ up[used])  # [U, N, I]
+        act = act * w[:, used].T.unsqueeze(-1)
+        out = (act @ down[used]).sum(dim=0).reshape(x.shape)  # [U, N, H] -> [..., H]
+        return out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
 
 
 class Block(nn.Module):

@@ -159,3 +159,22 @@ def test_media_requests_are_checked(tmp_path_factory, backend):
             synth.synthesize([SpeechRequest("a", "hi", context=context, media=media)])
     with pytest.raises(RequestError, match=r"media: this model \(layout tts\) takes no media hidden states"):
         Synthesizer(load_artifact(), backend).synthesize([SpeechRequest("b", "hi", media=np.zeros((1, 4)))])
+
+
+def test_a_bad_hidden_projection_fails_at_load(tmp_path_factory, backend):
+    from safetensors.numpy import load_file, save_file
+
+    from edged.artifact import ArtifactError
+
+    _, artifact = make(tmp_path_factory, 2, seed=42)
+    path = artifact.file("embeddings")
+    tables = load_file(str(path))
+    for edit, message in (
+            (lambda t: t.pop("hidden_projection.fc2.bias"), "missing tensor 'hidden_projection.fc2.bias'"),
+            (lambda t: t.update({"hidden_projection.fc1.weight": t["hidden_projection.fc1.weight"][:, :-1]}),
+             r"tensor 'hidden_projection.fc1.weight' has shape \(\d+, 31\), expected \(\d+, 32\)")):
+        broken = dict(tables)
+        edit(broken)
+        save_file(broken, str(path))
+        with pytest.raises(ArtifactError, match=message):
+            Synthesizer(load_artifact(artifact.path), backend)

@@ -19,6 +19,12 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     return run(out, seed, variant)
 
 
+def build_real_dims(out: Path | str, seed: int) -> Path:
+    from engines.qwen3_omni.tiny import build_real_dims as run
+
+    return run(out, seed)
+
+
 def export(checkpoint: Path | str, out: Path | str, *, max_batch: int = 4, max_seq: int = 1024) -> Any:
     from engines.qwen3_omni.artifact import export as run
 

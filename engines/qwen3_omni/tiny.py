@@ -24,6 +24,9 @@ VARIANTS = [
     dict(layers=3, experts=8, top_k=3, groups=8, cp_layers=2),
     dict(layers=1, experts=6, top_k=1, groups=4, cp_layers=1),
 ]
+REAL_LAYERS = 6
+"""Talker layers of the real-dims benchmark checkpoint: 6 of 20 (0.63 GB each in fp32) keep its
+export within 24 GiB of RAM."""
 MEDIA_SPECIALS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 CODEC = dict(codec_bos_id=2149, codec_eos_token_id=2150, codec_pad_id=2148, codec_nothink_id=2155,
              codec_think_bos_id=2156, codec_think_eos_id=2157,
@@ -51,47 +54,66 @@ def token_ids(tok) -> dict[str, int]:
             "vision_end": one("<|vision_end|>")}
 
 
+TINY = dict(hidden=32, heads=4, kv_heads=2, head_dim=8, thinker_hidden=32, thinker_heads=4, thinker_vocab=None,
+            projection=48, expert_width=16, shared_width=24, cp_hidden=32, cp_intermediate=48, cp_heads=4,
+            cp_kv_heads=2, code2wav=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=4, decoder_dim=32))
+REAL = dict(hidden=1024, heads=16, kv_heads=2, head_dim=128, thinker_hidden=2048, thinker_heads=16,
+            thinker_vocab=152064, projection=2048, expert_width=384, shared_width=768, cp_hidden=1024,
+            cp_intermediate=3072, cp_heads=16, cp_kv_heads=8, code2wav={})
+"""Qwen3-Omni-30B-A3B's talker, code predictor and code2wav widths (docs/qwen3-omni.md §1); the
+thinker keeps only its vocabulary and width (its embed_tokens feeds the talker) with one small layer."""
+
+
 def tiny_config(ids: dict[str, int], vocab: int, variant: int = 0):
+    return omni_config(ids, vocab, VARIANTS[variant], TINY)
+
+
+def omni_config(ids: dict[str, int], vocab: int, v: dict, d: dict):
+    """The model config: layer counts, experts and groups from `v`, widths from `d` (TINY or REAL)."""
     from transformers import Qwen3OmniMoeConfig
 
-    v = VARIANTS[variant]
     media = dict(audio_token_id=ids["audio"], image_token_id=ids["image"], video_token_id=ids["video"],
                  vision_start_token_id=ids["vision_start"], audio_start_token_id=ids["audio_start"],
                  position_id_per_seconds=13)
-    decoder = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=1000000,
-                   rope_scaling=mrope(8), norm_topk_prob=True)
+    talker = dict(hidden_size=d["hidden"], num_attention_heads=d["heads"], num_key_value_heads=d["kv_heads"],
+                  head_dim=d["head_dim"], rope_theta=1000000, rope_scaling=mrope(d["head_dim"]), norm_topk_prob=True)
+    thinker = dict(talker, hidden_size=d["thinker_hidden"], num_attention_heads=d["thinker_heads"])
     return Qwen3OmniMoeConfig(
         thinker_config=dict(
             audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=16,
-                              output_dim=32, downsample_hidden_size=8, num_mel_bins=128, n_window=50,
-                              n_window_infer=800),
-            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
-                               deepstack_visual_indexes=[0], num_position_embeddings=16),
-            text_config=dict(decoder, vocab_size=vocab, intermediate_size=64, num_hidden_layers=2, num_experts=4,
-                             num_experts_per_tok=2, moe_intermediate_size=16),
+                              output_dim=d["thinker_hidden"], downsample_hidden_size=8, num_mel_bins=128,
+                              n_window=50, n_window_infer=800),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                               out_hidden_size=d["thinker_hidden"], deepstack_visual_indexes=[0],
+                               num_position_embeddings=16),
+            text_config=dict(thinker, vocab_size=d["thinker_vocab"] or vocab, intermediate_size=64,
+                             num_hidden_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16),
             audio_end_token_id=ids["audio_end"], vision_end_token_id=ids["vision_end"], seconds_per_chunk=2,
             **media),
         talker_config=dict(
-            text_config=dict(decoder, vocab_size=3072, intermediate_size=48, num_hidden_layers=v["layers"],
-                             num_experts=v["experts"], num_experts_per_tok=v["top_k"], moe_intermediate_size=16,
-                             shared_expert_intermediate_size=24),
-            code_predictor_config=dict(vocab_size=2048, hidden_size=32, intermediate_size=48,
-                                       num_hidden_layers=v["cp_layers"], num_attention_heads=4, num_key_value_heads=2,
-                                       head_dim=8, num_code_groups=v["groups"], rope_theta=1000000),
-            num_code_groups=v["groups"], thinker_hidden_size=32, accept_hidden_layer=1, spatial_merge_size=2,
-            **CODEC, **media),
+            text_config=dict(talker, vocab_size=3072, intermediate_size=d["projection"], num_hidden_layers=v["layers"],
+                             num_experts=v["experts"], num_experts_per_tok=v["top_k"],
+                             moe_intermediate_size=d["expert_width"], shared_expert_intermediate_size=d["shared_width"]),
+            code_predictor_config=dict(vocab_size=2048, hidden_size=d["cp_hidden"], intermediate_size=d["cp_intermediate"],
+                                       num_hidden_layers=v["cp_layers"], num_attention_heads=d["cp_heads"],
+                                       num_key_value_heads=d["cp_kv_heads"], head_dim=d["head_dim"],
+                                       num_code_groups=v["groups"], rope_theta=1000000),
+            num_code_groups=v["groups"], thinker_hidden_size=d["thinker_hidden"], accept_hidden_layer=1,
+            spatial_merge_size=2, **CODEC, **media),
         im_start_token_id=ids["im_start"], im_end_token_id=ids["im_end"], tts_pad_token_id=ids["tts_pad"],
         tts_bos_token_id=ids["tts_bos"], tts_eos_token_id=ids["tts_eos"], system_token_id=ids["system"],
         user_token_id=ids["user"], assistant_token_id=ids["assistant"],
-        code2wav_config=dict(codebook_size=2048, num_quantizers=v["groups"], hidden_size=32, intermediate_size=48,
-                             num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4, sliding_window=72,
-                             upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=32),
+        code2wav_config=dict(dict(codebook_size=2048, num_quantizers=v["groups"], sliding_window=72,
+                                  upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2]), **d["code2wav"]),
     )
 
 
-def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None):
+def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None, *, real_layers: int = 0):
     """The tiny Qwen3OmniMoeForConditionalGeneration itself (eager attention, eval mode), with the tiny
-    tokenizer written to `tokenizer_dir` (a temporary directory when None)."""
+    tokenizer written to `tokenizer_dir` (a temporary directory when None). `real_layers` > 0: the
+    real widths (REAL) with that many talker layers instead (128 experts, top 6, 16 groups, code
+    predictor 5 layers)."""
     import tempfile
 
     import torch
@@ -102,7 +124,11 @@ def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None):
     with tempfile.TemporaryDirectory() as tmp:
         tok = write_text_tokenizer(Path(tokenizer_dir or tmp), MEDIA_SPECIALS)
     torch.manual_seed(seed)
-    cfg = tiny_config(token_ids(tok), tok.get_vocab_size(), variant)
+    if real_layers:
+        shape = dict(layers=real_layers, experts=128, top_k=6, groups=16, cp_layers=5)
+        cfg = omni_config(token_ids(tok), tok.get_vocab_size(), shape, REAL)
+    else:
+        cfg = tiny_config(token_ids(tok), tok.get_vocab_size(), variant)
     cfg._attn_implementation = "eager"
     model = Qwen3OmniMoeForConditionalGeneration(cfg).eval()
     with torch.no_grad():
@@ -119,6 +145,14 @@ def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None):
 def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     out = Path(out)
     build_model(seed, variant, tokenizer_dir=out).save_pretrained(out)
+    return out
+
+
+def build_real_dims(out: Path | str, seed: int, layers: int = REAL_LAYERS) -> Path:
+    """A random checkpoint with the real Qwen3-Omni-30B-A3B talker widths and `layers` of its 20 talker
+    layers, the real code predictor and code2wav (for benchmarks: fp32, ~0.63 GB per talker layer)."""
+    out = Path(out)
+    build_model(seed, 0, tokenizer_dir=out, real_layers=layers).save_pretrained(out)
     return out
 
 

@@ -37,11 +37,15 @@ TEXTS = [
     "Please keep the door closed when the heating is on.",
 ]
 SPEAKER, LANGUAGE = "vivian", "english"
+OMNI_SPEAKER = "ethan"  # Qwen3-Omni: no languages; the text is the assistant reply, no earlier turns
 MARKER = ".bench-done.json"  # written last: a directory without it is rebuilt
+FAMILIES = {"tiny": "qwen3_tts", "real": "qwen3_tts", "omni-tiny": "qwen3_omni", "omni-real": "qwen3_omni"}
+"""The benchmark checkpoints: the tiny random one and a random one with real dimensions, per family."""
 
 
-def requests(batch: int, frames: int) -> list[SpeechRequest]:
-    return [SpeechRequest(id=f"r{i}", text=TEXTS[i], voice=SPEAKER, language=LANGUAGE,
+def requests(batch: int, frames: int, family: str = "qwen3_tts") -> list[SpeechRequest]:
+    voice, language = (OMNI_SPEAKER, None) if family == "qwen3_omni" else (SPEAKER, LANGUAGE)
+    return [SpeechRequest(id=f"r{i}", text=TEXTS[i], voice=voice, language=language,
                           sampling=Sampling.greedy(), max_frames=frames) for i in range(batch)]
 
 
@@ -164,6 +168,12 @@ class Case:
     artifact: Path
     frames: int
     notes: list[str] = field(default_factory=list)
+    per_layer_ms: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(path, threads) -> ms per talker layer per frame (omni-real's projection to 20 layers)."""
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.name]
 
 
 def cached(out: Path, what: str, build, stale=lambda out: None) -> str:
@@ -191,8 +201,9 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
     from engines.export import export
     from engines.tiny import build_real_dims, build_tiny
 
-    builder = {"tiny": lambda out: build_tiny(out, seed=seed, variant=0),
-               "real": lambda out: build_real_dims(out, seed)}[name]
+    family = FAMILIES[name]
+    builder = {"tiny": lambda out: build_tiny(out, seed=seed, variant=0, family_name=family),
+               "real": lambda out: build_real_dims(out, seed, family_name=family)}[name.removeprefix("omni-")]
     ckpt = work / f"ckpt-{name}-s{seed}"
     art = work / f"art-{name}-s{seed}-b4-s{max_seq}"
     notes = [cached(ckpt, "checkpoint", builder),
@@ -228,20 +239,21 @@ class BareLoop:
     def setup(self, reqs: list[SpeechRequest]) -> None:
         """Untimed: prompt rows and greedy sampling inputs for slots 0..n-1, fresh ports and streams."""
         t, n = self.talker, len(reqs)
-        self.rows, self.prompt_lens = [], []
+        self.rows, self.prompt_lens, self.track_lens = [], [], []
         for slot, r in enumerate(reqs):
             prompt = t.plan(r)
             rows = np.zeros((prompt.prefill_len, self.artifact.dims.hidden), dtype=t.prefill_rows.dtype)
             prompt.write(t.tables, rows, t.track[slot])
             self.rows.append(rows)
             self.prompt_lens.append(prompt.prefill_len)
+            self.track_lens.append(prompt.track_len)
             self.port.open(slot)
             self.vocoder.prepare(slot)
         t.seen[:n] = 0
         t.repetition_penalty[:n] = 1.0
         t.temperature[:n], t.top_k[:n], t.top_p[:n] = 0.0, 0, 1.0
         t.cp_temperature[:n], t.cp_top_k[:n], t.cp_top_p[:n] = 0.0, 0, 1.0
-        t.allow_eos[:n] = False
+        t.allow_eos[:n] = t.eos_blocked_decisions == 0
         self.n = n
 
     def run(self, num_frames: int) -> Run:
@@ -262,9 +274,11 @@ class BareLoop:
             if first_frame is None:
                 first_frame = time.perf_counter()
             if f + 1 < num_frames:  # the last frame needs no next code 0
-                np.add(t.codec_sum[:n], t.pad_row, out=t.inputs_embeds[:n])
+                for slot in slots:  # the text track's row of this step (dual track), else the pad row
+                    text = t.track[slot, f] if f < self.track_lens[slot] else t.pad_row
+                    np.add(t.codec_sum[slot], text, out=t.inputs_embeds[slot])
                 t.positions[:n] = positions
-                t.allow_eos[:n] = f >= 1  # eos masked for the first two decisions
+                t.allow_eos[:n] = f + 2 > t.eos_blocked_decisions  # decision f + 1 of the stream
                 decode.run()
                 for slot in slots:
                     t.commit_kv(slot, positions[slot])
@@ -283,14 +297,14 @@ class BareLoop:
 
     def check(self, results: list, num_frames: int) -> str:
         """Same engine calls, same order: bare frames and PCM must equal edged's bit for bit."""
-        spf = self.artifact.samples_per_frame
+        samples = self.artifact.stream_samples(num_frames)
         for slot, r in enumerate(results):
             if r.frames.shape[0] != num_frames:
                 return f"edged stopped {r.id} at {r.frames.shape[0]} frames ({r.reason}): not comparable"
             if not np.array_equal(self.port.frames(slot), r.frames):
                 return "frames differ from edged"
-            if not np.array_equal(self.pcm[slot, : num_frames * spf], r.pcm):
-                return f"pcm differs from edged by {np.abs(self.pcm[slot, : num_frames * spf] - r.pcm).max():.2e}"
+            if not np.array_equal(self.pcm[slot, :samples], r.pcm):
+                return f"pcm differs from edged by {np.abs(self.pcm[slot, :samples] - r.pcm).max():.2e}"
         return "= edged"
 
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """Benchmark `edged synth` against the bare engine loop and against qwen-tts, on the same weights.
 
-    python scripts/bench/synth.py [--only tiny|real] [--frames N] [--threads 1 2] [--work DIR]
+    python scripts/bench/synth.py [--only tiny real omni-tiny omni-real] [--frames N] [--threads 1 2] [--work DIR]
 
-For each checkpoint (the tiny random one, and a random one with the real Qwen3-TTS-12Hz-0.6B
-sizes), greedy, a fixed number of frames, after a warm-up, median of `--repeats` runs:
+For each checkpoint (Qwen3-TTS: the tiny random one, and a random one with the real
+Qwen3-TTS-12Hz-0.6B sizes; Qwen3-Omni: a tiny one, and a random one with the real Qwen3-Omni-30B-A3B
+talker widths and 6 of its 20 talker layers, engines/qwen3_omni/tiny.py REAL_LAYERS), greedy, a
+fixed number of frames, after a warm-up, median of `--repeats` runs:
 
 1. edged: `Synthesizer.synthesize`, the step core under the scheduler, end to end (prefill, talker,
    code predictor, vocoder windows);
 2. bare: the core's own plans and kernels run back to back with no bookkeeping (common.BareLoop) --
    edged's overhead is the ratio of the two;
 3. reference: qwen-tts `generate_custom_voice` on the checkpoint (talker + vocoder decode; no
-   streaming, so its first audio is its total time).
+   streaming, so its first audio is its total time); for Qwen3-Omni, transformers' talker
+   generation from the same prompt and its code2wav (engines/qwen3_omni/reference.py).
 
 Metrics: frames/s, real-time factor (wall seconds / audio seconds), time to first frame, time to
 first audio (first PCM window). Bare's clock starts at its prefill (its prompt rows are built
@@ -39,7 +42,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import LANGUAGE, SPEAKER, TEXTS, BareLoop, Case, Row, Run, load, machine, prepare_case, print_table, requests
+from common import (
+    FAMILIES,
+    LANGUAGE,
+    OMNI_SPEAKER,
+    SPEAKER,
+    TEXTS,
+    BareLoop,
+    Case,
+    Row,
+    Run,
+    load,
+    machine,
+    prepare_case,
+    print_table,
+    requests,
+)
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -56,13 +74,31 @@ def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]
                first["first_audio_ms"] / 1e3), results
 
 
-def run_reference(model, text: str, frames: int) -> tuple[Run, np.ndarray, np.ndarray]:
-    from engines.qwen3_tts.reference import reference_synthesize
-
+def run_reference(case: Case, model, text: str, frames: int) -> tuple[Run, np.ndarray, np.ndarray]:
     t0 = time.perf_counter()
-    codes, pcm = reference_synthesize(model, text, speaker=SPEAKER, language=LANGUAGE, max_frames=frames, greedy=True)
+    if case.family == "qwen3_omni":
+        from engines.qwen3_omni import reference
+
+        # the token that ends the library's generation gets no frame: one more token for `frames` frames
+        codes, pcm = reference.generate(model, case.checkpoint / "tokenizer.json", text, (), OMNI_SPEAKER,
+                                        max_new_tokens=frames + 1)
+    else:
+        from engines.qwen3_tts.reference import reference_synthesize
+
+        codes, pcm = reference_synthesize(model, text, speaker=SPEAKER, language=LANGUAGE, max_frames=frames,
+                                          greedy=True)
     wall = time.perf_counter() - t0
     return Run(wall, codes.shape[0], None, wall), codes, pcm
+
+
+def load_reference(case: Case):
+    if case.family == "qwen3_omni":
+        from transformers import Qwen3OmniMoeForConditionalGeneration
+
+        return Qwen3OmniMoeForConditionalGeneration.from_pretrained(case.checkpoint).eval()
+    from engines.qwen3_tts.reference import load_reference as load_tts
+
+    return load_tts(case.checkpoint)
 
 
 def bench_case(case: Case, threads: list[int], repeats: int, batches: list[int], profile: bool) -> list[Row]:
@@ -77,7 +113,7 @@ def bench_case(case: Case, threads: list[int], repeats: int, batches: list[int],
                           f"claimed {sum(synth.claimed.values()) / 2**20:.0f} MiB")
         bare = BareLoop(synth.core)
         for batch in batches:
-            reqs = requests(batch, case.frames)
+            reqs = requests(batch, case.frames, case.family)
             run_edged(synth, reqs)  # warm-up
             bare.setup(reqs)
             bare.run(case.frames)  # warm-up
@@ -95,8 +131,13 @@ def bench_case(case: Case, threads: list[int], repeats: int, batches: list[int],
             e.ratio = e.wall / b.wall
             out += [b, e]
             progress(out[-2:])
+        if case.name == "omni-real":
+            layers = artifact.dims.layers
+            case.per_layer_ms[("edged", t)] = decode_step_ms(synth) / layers
+            case.notes.append(f"threads={t}: talker decode step {case.per_layer_ms[('edged', t)] * layers:.1f} ms "
+                              f"at {layers} layers")
         if profile and t == threads[0]:
-            cprofile(synth, requests(1, case.frames))
+            cprofile(synth, requests(1, case.frames, case.family))
         del synth, bare
         gc.collect()
     out += bench_reference(case, threads, repeats, frame_s, edged_frames, out)
@@ -107,18 +148,16 @@ def bench_reference(case: Case, threads: list[int], repeats: int, frame_s: float
                     edged_frames: dict[int, list], rows: list[Row]) -> list[Row]:
     import torch
 
-    from engines.qwen3_tts.reference import load_reference
-
     t_load = time.perf_counter()
-    model = load_reference(case.checkpoint)
+    model = load_reference(case)
     case.notes.append(f"reference load {time.perf_counter() - t_load:.1f} s")
     out = []
     for t in threads:
         torch.set_num_threads(t)
-        run_reference(model, TEXTS[0], case.frames)  # warm-up
+        run_reference(case, model, TEXTS[0], case.frames)  # warm-up
         runs = []
         for _ in range(repeats):
-            run, codes, pcm = run_reference(model, TEXTS[0], case.frames)
+            run, codes, pcm = run_reference(case, model, TEXTS[0], case.frames)
             runs.append(run)
         check = "no batch-1 edged run to compare"
         if t in edged_frames:
@@ -126,6 +165,8 @@ def bench_reference(case: Case, threads: list[int], repeats: int, frame_s: float
             same = codes.shape == edged.frames.shape and np.array_equal(codes, edged.frames)
             err = np.abs(pcm - edged.pcm).max() if pcm.shape == edged.pcm.shape else float("nan")
             check = f"frames {'=' if same else '!='} edged, pcm max err {err:.1e}"
+        if case.name == "omni-real":
+            case.per_layer_ms[("reference", t)] = reference_layer_ms(case, model, runs)
         ref = Row(case.name, "reference", t, 1, runs, frame_s, check=check)
         out.append(ref)
         progress([ref])
@@ -136,6 +177,51 @@ def bench_reference(case: Case, threads: list[int], repeats: int, frame_s: float
     del model
     gc.collect()
     return out
+
+
+def decode_step_ms(synth: Synthesizer, steps: int = 20) -> float:
+    """The talker's one-row decode plan alone, median ms (it reads the same layers whatever the cache
+    holds)."""
+    plan = synth.core.talker.decode_plans[0]
+    plan.run()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        plan.run()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
+def reference_layer_ms(case: Case, model, full: list[Run]) -> float:
+    """The reference's cost of one talker layer per frame: the same generation with half the talker's
+    layers, the difference per frame divided by the layers left out."""
+    layers = model.talker.model.layers
+    keep = len(layers) // 2
+    model.talker.model.layers = layers[:keep]
+    try:
+        half = [run_reference(case, model, TEXTS[0], case.frames)[0] for _ in range(3)]
+    finally:
+        model.talker.model.layers = layers
+    per_frame = lambda runs: float(np.median([r.wall_s / r.frames for r in runs]))  # noqa: E731
+    return (per_frame(full) - per_frame(half)) * 1e3 / (len(layers) - keep)
+
+
+def projection(case: Case, rows: list[Row], layers: int, target: int = 20) -> list[str]:
+    """Per-frame ms of edged (batch 1) and the reference, measured and projected to `target` talker
+    layers by each one's measured per-layer cost."""
+    lines = []
+    for t in sorted({r.threads for r in rows}):
+        frame = {r.path: r.wall / (r.frames / r.batch) * 1e3 for r in rows if r.threads == t and r.batch == 1}
+        if "edged" not in frame or "reference" not in frame:
+            continue
+        proj = {p: frame[p] + (target - layers) * case.per_layer_ms[(p, t)] for p in ("edged", "reference")}
+        lines.append(f"threads={t}: per frame at {layers} layers edged {frame['edged']:.1f} ms, reference "
+                     f"{frame['reference']:.1f} ms (edged/ref {frame['edged'] / frame['reference']:.3f}); per talker "
+                     f"layer edged {case.per_layer_ms[('edged', t)]:.2f} ms, reference "
+                     f"{case.per_layer_ms[('reference', t)]:.2f} ms; projected to {target} layers edged "
+                     f"{proj['edged']:.1f} ms (RTF {proj['edged'] / 80:.2f}), reference {proj['reference']:.1f} ms "
+                     f"(RTF {proj['reference'] / 80:.2f}), edged/ref {proj['edged'] / proj['reference']:.3f}")
+    return lines
 
 
 def cprofile(synth: Synthesizer, reqs: list[SpeechRequest]) -> None:
@@ -158,7 +244,7 @@ def progress(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["tiny", "real"], default=None, help="one checkpoint only")
+    p.add_argument("--only", choices=list(FAMILIES), nargs="+", default=None, help="these checkpoints only")
     p.add_argument("--frames", type=int, default=None, help="frames per utterance (default: tiny 40, real 16)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="ORT intra-op (and torch) threads")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 4], help="cohort sizes for edged and bare")
@@ -181,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
     rows, cases = [], []
-    for name in ["tiny", "real"] if args.only is None else [args.only]:
-        frames = args.frames or {"tiny": 40, "real": 16}[name]
+    for name in list(FAMILIES) if args.only is None else args.only:
+        frames = args.frames or (16 if name.endswith("real") else 40)
         print(f"\n== {name}: preparing", flush=True)
         case = prepare_case(name, args.work, frames, args.max_seq, args.seed)
         print("\n".join("  " + n for n in case.notes), flush=True)
@@ -194,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + "\n".join(header) + f"\nat the end, {load()}")
     for case in cases:
         print(f"{case.name}: " + "; ".join(case.notes))
+        if case.name == "omni-real":
+            layers = load_artifact(case.artifact).dims.layers
+            print("\n".join(projection(case, [r for r in rows if r.model == case.name], layers)))
     print()
     print_table(rows)
     print("\nRTF = median wall / audio of one stream (80 ms per frame); frames/s counts every member of "

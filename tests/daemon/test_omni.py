@@ -1,6 +1,8 @@
 """The daemon serves a Qwen3-Omni artifact: a speak with its conversation `context` gives, over the
 protocol, the frames and PCM that `Synthesizer` makes offline for the same request (also with the
-thinker's hidden states of media placeholders in its binary frame) (and those equal
+thinker's hidden states of media placeholders in its binary frame, and with the reply's text streamed
+in pieces), and a session's history keeps
+what was heard of an Omni reply (and those equal
 transformers', tests/test_omni_parity.py); the Qwen3-TTS built-in artifact rejects a context."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.heard import RATE_CONFIG, expected_prefix
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -31,13 +34,13 @@ def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, tmp_path
     export(build_tiny(tmp_path / "ckpt", seed=5, variant=1), art, max_batch=4, max_seq=128)
     request = SpeechRequest("r", "Yes, it is the end of the year.", voice="chelsie", max_frames=FRAMES,
                             sampling=Sampling.greedy(), context=tuple((t["role"], t["content"]) for t in CONTEXT))
-    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n')
+    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n{RATE_CONFIG}')
     artifact = load_artifact(art)
     hidden = np.random.default_rng(2).standard_normal((3, artifact.dims.text_hidden)).astype(np.float16)
     with_media = replace(request, id="m", context=tuple((t["role"], t["content"]) for t in MEDIA_CONTEXT),
                          media=hidden)
     offline, offline_media = Synthesizer(artifact, backend).synthesize([request, with_media])
-    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n')
+    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n{RATE_CONFIG}')
     with Client(daemon.endpoint) as client:
         utterance = client.speak(request.text, voice="chelsie", context=CONTEXT, play=False, stream=True,
                                  max_audio_ms=FRAMES * 80, report_codes=True)
@@ -45,12 +48,28 @@ def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, tmp_path
         media = client.speak(request.text, voice="chelsie", context=MEDIA_CONTEXT, media=hidden, play=False,
                              stream=True, max_audio_ms=FRAMES * 80, report_codes=True)
         media_done = media.wait()
+        pieces = ["Yes, it", " is the en", "d of the year."]  # streamed text: the same dual track
+        streamed = client.speak_iter(pieces, voice="chelsie", context=CONTEXT, play=False, stream=True,
+                                     max_audio_ms=FRAMES * 80, report_codes=True)
+        streamed_done = streamed.wait()
+        client.turn("omni", "user", "Is it December?")  # the reply's history: what was heard of it
+        heard = client.speak(request.text, voice="chelsie", context=CONTEXT, session="omni", play=False, stream=True,
+                             max_audio_ms=FRAMES * 80)
+        heard.wait()
+        client.ack(heard.id, 1000, final=True)
+        turns = client.history("omni", wait=True)
         refused = "media: 2 rows of hidden states for 3 media placeholders in the context's user turns"
         with pytest.raises(RequestRejected, match=refused):
             client.speak("Hi.", context=MEDIA_CONTEXT, media=hidden[:2], play=False).wait()
     assert done.reason == "length" and done.report["rvq_codes"] == offline.frames.tolist()
     assert len(utterance.pcm) == FRAMES * 1920 - 555 and np.array_equal(utterance.pcm, offline.pcm)
+    assert "".join(pieces) == request.text and streamed_done.report["rvq_codes"] == offline.frames.tolist()
+    assert np.array_equal(streamed.pcm, offline.pcm)
     assert media_done.report["rvq_codes"] == offline_media.frames.tolist()
+    assert turns == [{"role": "user", "content": "Is it December?"},
+                     {"role": "assistant", "content": expected_prefix(request.text, 1000), "interrupted": True,
+                      "response_id": heard.id}]
+    assert 0 < len(turns[1]["content"]) < len(request.text)
     assert np.array_equal(media.pcm, offline_media.pcm)
 
 

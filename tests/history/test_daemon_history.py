@@ -3,28 +3,17 @@ streamed audio itself, the rate policy's heard prefix, and durability through ki
 
 from __future__ import annotations
 
-import math
 import shutil
 import signal
 
 import pytest
 from support.daemon import Daemon
+from support.heard import GUARD_MS, RATE_CONFIG, expected_prefix
 
 from edged.client import Client
-from edged.history.text import units
 
 TEXT = "Hello there, this is a test of the history, and it goes on for a while."
-MS_PER_UNIT = 250.0
-GUARD_MS = 160
-CONFIG = f'[events]\nlisten = "none"\n[audio]\ndevice = "none"\ninput_device = "none"\n' \
-         f'[history]\npolicy = "rate"\ndefault_ms_per_unit = {MS_PER_UNIT}\n'
-
-
-def expected_prefix(text: str, played_ms: float) -> str:
-    """The rate policy's rule, stated independently: whole units heard after the guard, less one."""
-    count = min(len(units(text)), math.floor(max(0.0, played_ms - GUARD_MS) / MS_PER_UNIT))
-    kept = units(text)[:max(0, count - 1)]
-    return text[:kept[-1].end] if kept else ""
+CONFIG = f'[events]\nlisten = "none"\n[audio]\ndevice = "none"\ninput_device = "none"\n{RATE_CONFIG}'
 
 
 @pytest.fixture

@@ -35,7 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seq", type=int, default=1024)
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
                    help="fp16: fp16 weights with fp32 norms, softmax, heads and sampling (engines/fp16.py)")
+    p.add_argument("--weights", choices=["fp32", "int8", "int4"], default="fp32",
+                   help="int8 / int4: block-quantized matrix weights in the talker and code predictor "
+                        "(engines/quantize.py)")
     p.set_defaults(run=_export)
+
+    p = commands.add_parser("quantize", help="an int8 / int4 twin of an fp32 artifact (no torch needed)")
+    p.add_argument("--artifact", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--weights", choices=["int8", "int4"], required=True)
+    p.add_argument("--block", type=int, default=32, help="rows of a column per scale")
+    p.set_defaults(run=_quantize)
 
     p = commands.add_parser("fp16", help="an fp16 twin of an fp32 artifact (no torch needed)")
     p.add_argument("--artifact", type=Path, required=True)
@@ -74,7 +84,13 @@ def _tiny(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from engines.export import export
 
+    if args.precision == "fp16" and args.weights != "fp32":
+        raise SystemExit("edged-engines export: --weights int8/int4 needs --precision fp32")
     export(args.checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    if args.weights != "fp32":
+        from engines.quantize import quantize_artifact
+
+        quantize_artifact(args.out, args.out, args.weights)
     if args.precision == "fp16":
         from engines.fp16 import convert_artifact
 
@@ -87,6 +103,14 @@ def _fp16(args: argparse.Namespace) -> int:
     from engines.fp16 import convert_artifact
 
     for role, stats in convert_artifact(args.artifact, args.out).items():
+        print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in stats.items()))
+    return 0
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from engines.quantize import quantize_artifact
+
+    for role, stats in quantize_artifact(args.artifact, args.out, args.weights, args.block).items():
         print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in stats.items()))
     return 0
 

@@ -115,17 +115,19 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
                 workspace: int = WORKSPACE) -> list[Path]:
     """Build a stamped plan for every graph of the artifact; returns their paths. An fp16 artifact
     (`edged-engines fp16` / `export --precision fp16`) is built strongly typed: fp16 where its graphs
-    say so, fp32 everywhere else."""
+    say so, fp32 everywhere else; so is an int8 / int4 artifact (`export --weights`), whose
+    DequantizeLinear weights TensorRT builds into weight-only kernels (explicit quantization)."""
     import tensorrt as trt
 
     manifest = json.loads((artifact / "artifact.json").read_text())
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
+    strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
     by_role = sizes(manifest["limits"], chunk_frames, first_chunk_frames)
     written = []
     for role in manifest["tensors"]:
         onnx_path = artifact / manifest["files"][role]
         plan = onnx_path.with_suffix(".plan")
-        write_plan(plan, build(onnx_path, role, by_role, fp16, workspace), trt.__version__, onnx_path,
+        write_plan(plan, build(onnx_path, role, by_role, strongly_typed, workspace), trt.__version__, onnx_path,
                    fp16=fp16, profile=by_role)
         written.append(plan)
     return written

@@ -20,6 +20,7 @@ class ArtifactError(ValueError):
 
 FORMAT = 1
 PRECISIONS = ("fp32", "fp16")
+WEIGHTS = ("fp32", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,12 @@ class Manifest:
     lead_samples: int = 0
     """Samples at the start of every vocoder stream that are not audio (the host drops them; 555 for
     Qwen3-Omni's code2wav, whose reference cuts them)."""
+    weights: str = "fp32"
+    """The matrix weights of the talker and code predictor graphs: fp32, or int8 / int4 block-quantized
+    (symmetric, `weight_block` rows of a column per scale, DequantizeLinear before each MatMul;
+    engines/quantize.py)."""
+    weight_block: int = 0
+    """Rows per quantization scale (0 for fp32 weights)."""
 
     @property
     def frame_ms(self) -> float:
@@ -108,7 +115,7 @@ class Manifest:
             "format": FORMAT,
             "family": self.family,
             "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision,
-                      "layout": self.layout},
+                      "layout": self.layout, "weights": self.weights, "weight_block": self.weight_block},
             "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
             "dims": asdict(self.dims),
             "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
@@ -137,6 +144,14 @@ class Manifest:
         precision = model.get("precision", "fp32")
         if precision not in PRECISIONS:
             raise ArtifactError(f"artifact.json: 'model.precision' must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        weights, block = model.get("weights", "fp32"), model.get("weight_block", 0)
+        if weights not in WEIGHTS:
+            raise ArtifactError(f"artifact.json: 'model.weights' must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+        if not isinstance(block, int) or isinstance(block, bool) or (block > 0) != (weights != "fp32"):
+            raise ArtifactError(f"artifact.json: 'model.weight_block' must be a positive integer for quantized "
+                                f"weights and 0 for fp32, got {block!r}")
+        if weights != "fp32" and precision != "fp32":
+            raise ArtifactError(f"artifact.json: 'model.weights' {weights} needs 'model.precision' fp32, got {precision}")
         layout = model.get("layout", "tts")
         if not isinstance(layout, str):
             raise ArtifactError(f"artifact.json: 'model.layout' must be a string, got {layout!r}")
@@ -178,7 +193,7 @@ class Manifest:
             languages=languages, sample_rate=_positive(audio, "sample_rate", "audio"),
             samples_per_frame=samples_per_frame,
             sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS if k != "seed"},
-            graphs=graphs, files=files, layout=layout, lead_samples=lead,
+            graphs=graphs, files=files, layout=layout, lead_samples=lead, weights=weights, weight_block=block,
         )
 
 

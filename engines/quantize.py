@@ -1,18 +1,18 @@
 """Weight-only int8 / int4 artifacts: block-quantized matrix weights behind DequantizeLinear.
 
-Every matrix product of the talker and code-predictor graphs whose weight is a constant (MatMul
-[K, N], and the logit heads' Gemm with transB, turned into MatMul) reads it through
-`DequantizeLinear(q, scale, axis=0, block_size=B)`: symmetric, one fp32 scale per B consecutive
-rows of a column (scale = max |w| / 127 or / 7 over the block), q = round(w / scale) as INT8 or
-INT4 (two per byte, low nibble first). Embeddings (Gather), norms, biases, the sampler's constants
-and Qwen3-Omni's stacked experts (read through Gather) stay as they are, and so does a weight that
-several products read (the code predictor's layers, read once per residual group by its unrolled
-passes): ONNX Runtime fuses a DequantizeLinear into MatMulNBits only when one product reads it, and
-an unfused one dequantizes the whole matrix at every call (2-7x slower than fp32, measured). The graphs move to opset 21
-(blocked DequantizeLinear and INT4 need it). ONNX Runtime fuses each DequantizeLinear + MatMul into
-its weight-only `MatMulNBits` kernel when it loads the graph; TensorRT 10 builds the same graph,
-strongly typed, into weight-only INT4 kernels. Activations stay fp32 in the graph.
-"""
+Every matrix product of the talker and code-predictor graphs whose weight is a constant (MatMul over
+[K, N] or over Transpose([N, K]), and a logit head's Gemm with transB, turned into MatMul) reads it
+through `DequantizeLinear(q, scale, axis=0, block_size=B)`: symmetric, one fp32 scale per B
+consecutive rows of a column (scale = max |w| / 127 or / 7 over the block), q = round(w / scale) as
+INT8 or INT4 (two per byte, low nibble first). Embeddings (Gather), norms, biases, the sampler's
+constants and every Gather-read table (the code predictor's stacked heads, Qwen3-Omni's stacked
+experts) stay as they are, and so does a weight that several products read: ONNX Runtime fuses a
+DequantizeLinear into MatMulNBits only when one product reads it, and an unfused one dequantizes the
+whole matrix at every call (2-7x slower than fp32, measured on a code-predictor graph that unrolled
+its passes). The graphs move to opset 21 (blocked DequantizeLinear and INT4 need it). ONNX Runtime
+fuses each DequantizeLinear + MatMul into its weight-only `MatMulNBits` kernel when it loads the
+graph; TensorRT 10 builds the same graph, strongly typed, into weight-only INT4 kernels. Activations
+stay fp32 in the graph."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), 
 optimization profiles of what the runtime binds (`PROFILES`): the talker is one engine (its weights
 once) with a context profile (one request's prefill: 1 member, 1..max_seq rows, a one-slot cache)
 and a generation profile (1..max_batch members with opt 1, one row, the whole max_seq cache); the
-code predictor and the vocoder have one profile each (batch 1..max_batch with opt 1; vocoder window
+code predictor (one pass: 1..2 rows over its code-groups-slot cache) and the vocoder have one profile
+each (batch 1..max_batch with opt 1; vocoder window
 1..max(chunk_frames, first_chunk_frames) with opt chunk_frames: pass the daemon's `[vocoder]`
 values). Which axis of which input is dynamic, and in what role, is that explicit table; an input
 with a dynamic axis the table does not name is an error, so a contract change cannot build a plan
@@ -34,11 +35,13 @@ PROFILES: dict[str, list[Profile]] = {
         {"inputs_embeds": {0: "B", 1: "1"}, "past_keys_*": {0: "B", 3: "S"}, "past_values_*": {0: "B", 2: "S"},
          ANY: {0: "B"}},  # generation: one row per member over the whole cache
     ],
-    "code_predictor": [{ANY: {0: "B"}}],
+    "code_predictor": [{"inputs_embeds": {0: "B", 1: "R"}, "past_keys_*": {0: "B", 3: "G"},
+                        "past_values_*": {0: "B", 2: "G"}, ANY: {0: "B"}}],  # a pass: 1 or 2 rows per member
     "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
 }
 """graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
-(max_seq), F vocoder frames, 1 exactly one."""
+(max_seq), R code-predictor pass rows (1..2), G code-predictor cache slots (code groups), F vocoder
+frames, 1 exactly one."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
 TACTIC_DRAM = 2 << 30
@@ -46,11 +49,13 @@ TACTIC_DRAM = 2 << 30
 on an 8 GB Orin shares DRAM with the OS and the running daemon)."""
 
 
-def sizes(limits: dict, chunk_frames: int = 4, first_chunk_frames: int = 1) -> dict[str, tuple[int, int, int]]:
+def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_frames: int = 1,
+          ) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per size role."""
-    b, s = limits["max_batch"], limits["max_seq"]
+    b, s, g = limits["max_batch"], limits["max_seq"], code_groups
     window = max(chunk_frames, first_chunk_frames)
-    return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "F": (1, chunk_frames, window), "1": (1, 1, 1)}
+    return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "R": (1, 1, 2), "G": (g, g, g),
+            "F": (1, chunk_frames, window), "1": (1, 1, 1)}
 
 
 def profiles(role: str) -> list[Profile]:
@@ -122,7 +127,7 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
     manifest = json.loads((artifact / "artifact.json").read_text())
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
-    by_role = sizes(manifest["limits"], chunk_frames, first_chunk_frames)
+    by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames)
     written = []
     for role in manifest["tensors"]:
         onnx_path = artifact / manifest["files"][role]

@@ -8,10 +8,10 @@ The fp32 artifact speaks each text greedily; then every artifact is fed exactly 
 
 - code 0: the talker's logits from its `hidden` output and its own head weights (dequantized for a
   quantized artifact), with the reference's suppressed specials masked as the graph masks them;
-- each residual group: the code predictor's head logits, exposed as extra outputs of a copy of the
-  graph; the groups before it are forced to fp32's codes through the sampling noise (temperature
-  100, top-k and top-p off, the forced code's Gumbel noise far above every other), so each group is
-  judged on fp32's history;
+- each residual group: the code predictor's head logits, exposed as an extra output of a copy of its
+  pass graph; the groups before it are forced to fp32's codes through the sampling noise
+  (temperature 100, top-k and top-p off, the forced code's Gumbel noise far above every other), so
+  each group is judged on fp32's history;
 - top-1 agreement (the quantized argmax is fp32's code), the KL divergence KL(p_fp32 || p_quant) of
   the softmax distributions at temperature 1, and the PCM SNR of the quantized artifact's
   teacher-forced argmax frames against fp32's frames, both vocoded by fp32's vocoder.
@@ -41,6 +41,7 @@ from edged.families import get_family
 from edged.request import SpeechRequest
 from engines.quantize import dequantize
 from engines.sampling import SPECIALS_PER_VOCAB
+from engines.talker import predict_frame
 
 TEXTS = ["Hello world, this is edged speaking.", "Please keep the door closed when the heating is on."]
 FORCE_T = 100.0
@@ -65,14 +66,10 @@ def weight(model: onnx.ModelProto, name: str) -> np.ndarray:
     return dequantize(q, numpy_helper.to_array(inits[dq.input[1]]), block)
 
 
-def head_outputs(model: onnx.ModelProto, groups: int) -> list[str]:
-    """The code predictor's per-group head logits (the products that read lm_head.{g}.weight)."""
-    names = []
-    for g in range(groups):
-        w = f"lm_head.{g}.weight"
-        node = next(n for n in model.graph.node if n.input[1:2] and n.input[1] in (w, f"{w}__t__dq"))
-        names.append(node.output[0])
-    return names
+def head_output(model: onnx.ModelProto) -> str:
+    """The code-predictor pass's head logits: the product that reads the gathered `heads`."""
+    gathered = {n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] == "heads"}
+    return next(n.output[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in gathered)
 
 
 class Model:
@@ -84,9 +81,9 @@ class Model:
         self.blocked = get_family(artifact.family).talking(artifact).eos_blocked_decisions
         self.talker = session(artifact.file("talker"), threads, level)
         cp = onnx.load(str(artifact.file("code_predictor")))
-        self.heads = head_outputs(cp, artifact.dims.code_groups - 1)
-        existing = {o.name for o in cp.graph.output}
-        cp.graph.output.extend(onnx.ValueInfoProto(name=n) for n in self.heads if n not in existing)
+        cp.graph.output.append(onnx.ValueInfoProto(name=head_output(cp)))
+        self.cp_cache = [i.name for i in cp.graph.input if i.name.startswith("past_")]
+        self.codec_table = artifact.tables()["codec_embedding"]
         path = tmp / f"cp-{id(self)}.onnx"
         onnx.save_model(cp, str(path))
         self.cp = session(path, threads, level)
@@ -133,17 +130,28 @@ class Model:
         return hidden[0], new
 
     def _cp(self, hidden, code0, forced):
-        g, vc = self.a.dims.code_groups - 1, self.a.dims.codebook_size
-        noise = np.full((1, g, vc), 1e-30, np.float32)
+        g, vc = self.a.dims.code_groups, self.a.dims.codebook_size
+        noise = np.full((1, g - 1, vc), 1e-30 if forced is not None else 0.5, np.float32)
         if forced is not None:
-            noise[0, np.arange(g), forced[1:]] = 1 - 1e-7
-        t = FORCE_T if forced is not None else 0.0
-        codes, codec_sum, *heads = self.cp.run(None, {
-            "hidden": hidden[None].astype(np.float32), "code0": np.array([code0], np.int64),
-            "temperature": np.full(1, t, np.float32), "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32),
-            "noise": noise if forced is not None else np.full((1, g, vc), 0.5, np.float32)})
-        out = {o.name: v for o, v in zip(self.cp.get_outputs(), [codes, codec_sum, *heads])}
-        return codes[0], codec_sum[0], np.stack([out[n].reshape(-1, vc)[0] for n in self.heads])
+            noise[0, np.arange(g - 1), forced[1:]] = 1 - 1e-7
+        sampling = {"temperature": np.full(1, FORCE_T if forced is not None else 0.0, np.float32),
+                    "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32)}
+        cache = [np.zeros(_cache_shape(name, self.cp.get_inputs(), g), np.float32) for name in self.cp_cache]
+        logits = []
+
+        def run(feeds):
+            code, embedding, *rest = self.cp.run(None, feeds)
+            logits.append(rest[-1].reshape(-1, vc)[0])
+            return (code, embedding, *rest[:-1])
+
+        codes, codec_sum = predict_frame(run, hidden[None].astype(np.float32), np.array([code0]), self.codec_table, g,
+                                         cache, sampling, noise)
+        return codes[0], codec_sum[0], np.stack(logits)
+
+
+def _cache_shape(name: str, inputs, slots: int) -> list[int]:
+    shape = next(i.shape for i in inputs if i.name == name)  # [B, Hkv, D, P] keys, [B, Hkv, P, D] values
+    return [1, shape[1], shape[2], slots] if name.startswith("past_keys") else [1, shape[1], slots, shape[3]]
 
 
 def _force(code: int | None, vocab: int) -> tuple[np.ndarray, np.ndarray]:

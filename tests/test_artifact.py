@@ -112,7 +112,7 @@ def test_mismatched_hidden_names_the_tensor(copy, backend):
 
 @pytest.mark.parametrize("key,delta,message", [
     ("kv_heads", 1, r"talker\.onnx: tensor past_keys_0 has shape"),
-    ("code_groups", 2, r"code_predictor\.onnx: tensor noise has shape"),
+    ("code_groups", 2, r"vocoder\.onnx: tensor codes has shape"),
     ("layers", 1, r"talker\.onnx: has no tensor past_keys_2"),
 ])
 def test_mismatched_dims_name_graph_and_tensor(copy, backend, key, delta, message):

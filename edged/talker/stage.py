@@ -1,14 +1,14 @@
 """The talker stage: prefill per request, then one codec frame per member per step.
 
 Per step, for the members that step: the code predictor turns each pending code 0 (and the talker
-hidden that produced it) into groups 1..G-1, the frame is published on the codec port, and the
-talker decodes one step from the frame's codec-embedding sum plus the next text-track row, sampling
-the next code 0. Sampling runs inside the graphs; only codes cross to the host. Every buffer is
-claimed in `preallocate()`, each with the dtype its graph declares; the step path runs bound plans
-and copies rows. The KV cache and the new K/V rows are the backend's device buffers
-(`Backend.device_empty`): rows move into the cache by `Backend.copy`, never through the host. The
-family (`edged.families`) supplies the prompt layout and the special ids; nothing here names a
-family.
+hidden that produced it) into groups 1..G-1, one pass per group over its own small KV cache
+(`predict`), the frame is published on the codec port, and the talker decodes one step from the
+frame's codec-embedding sum plus the next text-track row, sampling the next code 0. Sampling runs
+inside the graphs; only codes cross to the host. Every buffer is claimed in `preallocate()`, each
+with the dtype its graph declares; the step path runs bound plans and copies rows. The KV cache and
+the new K/V rows are the backend's device buffers (`Backend.device_empty`): rows move into the cache
+by `Backend.copy`, never through the host. The family (`edged.families`) supplies the prompt layout
+and the special ids; nothing here names a family.
 
 One talker graph does both (it holds the weights once): a decode plan binds n members x 1 new row
 over the whole cache, a prefill plan 1 member x the prompt's rows at position 0 over a one-slot
@@ -83,6 +83,7 @@ class TalkerStage:
         self.text_end = tables[talking.text_end.table][talking.text_end.ids[0]]
         self.engine = backend.load(artifact.file("talker"))
         self.cp_engine = backend.load(artifact.file("code_predictor"))
+        self.codec_table = tables["codec_embedding"]
         self.claimed: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------- boot
@@ -115,24 +116,37 @@ class TalkerStage:
         self.hidden = e((b, h), dec("hidden"))
         self.code0 = e((b,), dec("code0"))
         self.cp_temperature, self.cp_top_k, self.cp_top_p = e((b,), cp("temperature")), e((b,), cp("top_k")), e((b,), cp("top_p"))
-        self.cp_noise = e((b, g - 1, d.codebook_size), cp("noise"))
-        self.codes = e((b, g - 1), cp("codes"))
-        self.codec_sum = e((b, h), cp("codec_sum"))
+        self.cp_noise = np.zeros((b, g - 1, d.codebook_size), cp("noise"))  # per member; a pass reads its group's
+        self.cp_pass_noise = e((b, d.codebook_size), cp("noise"))
+        self.cp_rows = {t: e((b, t, h), cp("inputs_embeds")) for t in (1, 2)}  # a frame's first pass has 2 rows
+        self.cp_positions, self.cp_group = e((b,), cp("positions")), e((1,), cp("group"))
+        self.cp_code, self.cp_embedding = e((b,), cp("code")), e((b, h), cp("embedding"))
+        layers = sum(name.startswith("past_keys_") for name in self.cp_engine.inputs)
+        kv_heads, head_dim = (int(x or 0) for x in self.cp_engine.inputs["past_keys_0"].shape[1:3])
+        self.cp_keys = [dev((b, kv_heads, head_dim, g), cp(f"past_keys_{i}")) for i in range(layers)]
+        self.cp_values = [dev((b, kv_heads, g, head_dim), cp(f"past_values_{i}")) for i in range(layers)]
+        self.cp_new = {t: ([dev((b, kv_heads, head_dim, t), cp(f"new_keys_{i}")) for i in range(layers)],
+                           [dev((b, kv_heads, t, head_dim), cp(f"new_values_{i}")) for i in range(layers)])
+                       for t in (1, 2)}
+        self.codes = np.zeros((b, g - 1), self.cp_code.dtype)
+        self.codec_sum = np.zeros((b, h), self.cp_embedding.dtype)
         self.held_hidden, self.held_code0 = np.zeros_like(self.hidden), np.zeros_like(self.code0)
         self.prefill_io = {name: e((1, *self.decode_buffers[name].shape[1:]), pre(name))
                            for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
                                         "noise", "hidden", "code0")}
         self.stepping = np.zeros(b, dtype=bool)
         self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
-        self.cp_plans = [self._cp_plan(n) for n in range(1, b + 1)]
-        kv = sum(x.nbytes for x in (*self.keys, *self.values))
+        self.cp_plans = {t: [self._cp_plan(n, t) for n in range(1, b + 1)] for t in (1, 2)}
+        kv = sum(x.nbytes for x in (*self.keys, *self.values, *self.cp_keys, *self.cp_values))
         scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
-                                         self.no_keys, self.no_values))
+                                         self.no_keys, self.no_values,
+                                         *(x for keys, values in self.cp_new.values() for x in (*keys, *values))))
         io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
-                                    self.cp_noise, self.codes, self.codec_sum, self.held_hidden, self.held_code0,
-                                    *self.prefill_io.values()))
+                                    self.cp_noise, self.cp_pass_noise, *self.cp_rows.values(), self.cp_positions,
+                                    self.cp_group, self.cp_code, self.cp_embedding, self.codes, self.codec_sum,
+                                    self.held_hidden, self.held_code0, *self.prefill_io.values()))
         text = self.prefill_rows.nbytes + self.prefill_position.nbytes + self.track.nbytes
         self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io}
         return self.claimed
@@ -153,12 +167,17 @@ class TalkerStage:
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
         return self.engine.plan(binds)
 
-    def _cp_plan(self, n: int) -> Plan:
+    def _cp_plan(self, n: int, t: int) -> Plan:
+        """A code-predictor pass of members 0..n-1 with t new rows each (2: a frame's first pass)."""
         rows = slice(0, n)
-        return self.cp_engine.plan({
-            "hidden": self.hidden[rows], "code0": self.code0[rows], "temperature": self.cp_temperature[rows],
-            "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows], "noise": self.cp_noise[rows],
-            "codes": self.codes[rows], "codec_sum": self.codec_sum[rows]})
+        binds = {"inputs_embeds": self.cp_rows[t][rows], "positions": self.cp_positions[rows], "group": self.cp_group,
+                 "temperature": self.cp_temperature[rows], "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows],
+                 "noise": self.cp_pass_noise[rows], "code": self.cp_code[rows], "embedding": self.cp_embedding[rows]}
+        new_keys, new_values = self.cp_new[t]
+        for i in range(len(self.cp_keys)):
+            binds |= {f"past_keys_{i}": self.cp_keys[i][rows], f"past_values_{i}": self.cp_values[i][rows],
+                      f"new_keys_{i}": new_keys[i][rows], f"new_values_{i}": new_values[i][rows]}
+        return self.cp_engine.plan(binds)
 
     # ---------------------------------------------------------------------------------- requests
 
@@ -274,7 +293,7 @@ class TalkerStage:
         self._hold(members, n)
         for m in members:
             self._fill_cp_noise(m)
-        self.cp_plans[n - 1].run()  # groups 1..G-1 for every pending code 0
+        self.predict(n)  # groups 1..G-1 for every pending code 0
         talking = [m for m in members if self._publish(m)]
         for m in talking:
             self._feed(m)
@@ -288,6 +307,37 @@ class TalkerStage:
         elapsed = (time.perf_counter() - t0) * 1e3
         for m in members:
             m.step_ms += elapsed
+
+    def predict(self, n: int) -> None:
+        """Groups 1..G-1 of rows 0..n-1: G-1 code-predictor passes, [hidden, E(code 0)] at position 0
+        with group 0, then each group's embedding at position g + 1 with group g; the frame's codec
+        sum is E(code 0) plus every group's embedding, added in order."""
+        first = self.cp_rows[2]
+        first[:n, 0] = self.hidden[:n]
+        np.take(self.codec_table, self.code0[:n], axis=0, out=first[:n, 1])
+        self.codec_sum[:n] = first[:n, 1]
+        for g in range(self.artifact.dims.code_groups - 1):
+            t = 2 if g == 0 else 1
+            if t == 1:
+                self.cp_rows[1][:n, 0] = self.cp_embedding[:n]
+            position = 0 if g == 0 else g + 1
+            self.cp_positions[:n] = position
+            self.cp_group[0] = g
+            self.cp_pass_noise[:n] = self.cp_noise[:n, g]
+            self.cp_plans[t][n - 1].run()
+            self._commit_cp(n, position, t)
+            self.codes[:n, g] = self.cp_code[:n]
+            self.codec_sum[:n] += self.cp_embedding[:n]
+
+    def _commit_cp(self, n: int, position: int, t: int) -> None:
+        """The pass's new K/V rows into the predictor's cache at `position` (on the device, in order)."""
+        copy = self.backend.copy
+        new_keys, new_values = self.cp_new[t]
+        for keys, values, new_k, new_v in zip(self.cp_keys, self.cp_values, new_keys, new_values):
+            for slot in range(n):
+                for r in range(t):
+                    copy(keys[slot, :, :, position + r], new_k[slot, :, :, r])
+                    copy(values[slot, :, position + r], new_v[slot, :, r])
 
     def _hold(self, members: list[Member], n: int) -> None:
         """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that

@@ -266,9 +266,9 @@ class BareLoop:
             np.copyto(t.prefill_rows[: positions[slot]], self.rows[slot])
             t.prefill(slot, positions[slot])
             t.seen[slot, t.code0[slot]] = 1
-        cp, decode = t.cp_plans[n - 1], t.decode_plans[n - 1]
+        decode = t.decode_plans[n - 1]
         for f in range(num_frames):
-            cp.run()  # groups 1..G-1
+            t.predict(n)  # groups 1..G-1
             for slot in slots:
                 port.append(slot, t.code0[slot], t.codes[slot])
             if first_frame is None:

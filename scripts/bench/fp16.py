@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -79,27 +80,19 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
     prefill_logits = np.abs((p_out["hidden"][0] - hidden32) @ w.T).max()
     decode16, d_out = twin(e16["talker"], t.decode_plans[0], [n for n in t.decode_plans[0].bindings
                                                                  if n in e16["talker"].outputs])
-    cp32 = t.cp_plans[0]
-    cp_in = {n: backend.empty(b.shape, b.dtype) for n, b in cp32.bindings.items() if n in ("hidden", "code0")}
-    cp_bind = {**cp32.bindings, **cp_in}
-    cp32_out = {n: backend.empty(b.shape, b.dtype) for n, b in cp32.bindings.items() if n in ("codes", "codec_sum")}
-    cp16_out = {n: backend.empty(b.shape, b.dtype) for n in cp32_out for b in [cp32.bindings[n]]}
-    cp_a = core.talker.cp_engine.plan({**cp_bind, **cp32_out})
-    cp_b = e16["code_predictor"].plan({**cp_bind, **cp16_out})
+    sessions = [ort.InferenceSession(str(a.file("code_predictor")), providers=["CPUExecutionProvider"]) for a in (a32, a16)]
     hidden_d, logit_d, codes_same, codes_all, sum_d = 0.0, 0.0, 0, 0, 0.0
     while member.outcome.value == "running":
-        for n, buf in cp_in.items():
-            buf[...] = t.hidden[:1] if n == "hidden" else t.code0[:1]
+        hidden, code0 = t.hidden[:1].copy(), t.code0[:1].copy()
         core.step([member])
         if member.outcome.value == "running":  # the decode ran: fp16 on the same inputs
             decode16.run()
             diff = d_out["hidden"][0] - t.hidden[0]
             hidden_d, logit_d = max(hidden_d, np.abs(diff).max()), max(logit_d, np.abs(diff @ w.T).max())
-        cp_a.run()
-        cp_b.run()
-        codes_same += int(np.sum(cp32_out["codes"] == cp16_out["codes"]))
-        codes_all += cp32_out["codes"].size
-        sum_d = max(sum_d, np.abs(cp32_out["codec_sum"] - cp16_out["codec_sum"]).max())
+        (codes32, sum32), (codes16, sum16) = (predictor_frame(s, a32, hidden, code0, t.codec_table) for s in sessions)
+        codes_same += int(np.sum(codes32 == codes16))
+        codes_all += codes32.size
+        sum_d = max(sum_d, np.abs(sum32 - sum16).max())
     frames32 = core.frames(member).copy()
     pcm = [vocode(backend, a, engine, frames32) for a, engine in ((a32, core.vocoder.engine), (a16, e16["vocoder"]))]
     backend.close()
@@ -107,6 +100,18 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
             "talker (decode)": f"hidden {hidden_d:.1e}, logits {logit_d:.1e}",
             "code_predictor": f"codes agree {codes_same}/{codes_all}, codec_sum {sum_d:.1e}",
             "vocoder": f"PCM SNR {snr(*pcm):.1f} dB"}
+
+
+def predictor_frame(session, a, hidden: np.ndarray, code0: np.ndarray, table: np.ndarray):
+    """One greedy frame of a code-predictor graph, pass by pass (engines.talker.predict_frame)."""
+    from engines.talker import predict_frame
+
+    g = a.dims.code_groups
+    cache = [np.zeros([1, *i.shape[1:-1], g] if i.name.startswith("past_keys") else [1, i.shape[1], g, i.shape[3]],
+                      np.float32) for i in session.get_inputs() if i.name.startswith("past_")]
+    sampling = {"temperature": np.zeros(1, np.float32), "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32)}
+    noise = np.full((1, g - 1, a.dims.codebook_size), 0.5, np.float32)
+    return predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling, noise)
 
 
 def vocode(backend, artifact, engine, frames: np.ndarray) -> np.ndarray:

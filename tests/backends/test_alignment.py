@@ -12,12 +12,13 @@ from edged.backends import EngineError
 from edged.backends.base import ALIGNMENT
 from edged.core import Core
 from edged.request import Sampling, SpeechRequest
+from edged.synth import Synthesizer
 
 
 def all_plans(core: Core) -> list:
     t, v = core.talker, core.vocoder
     prefills = [t._prefill_plan(n) for n in (1, 7, 33, core.artifact.max_seq - 1)]
-    return [*t.decode_plans, *t.cp_plans, *prefills, *v.plans.values()]
+    return [*t.decode_plans, *(p for plans in t.cp_plans.values() for p in plans), *prefills, *v.plans.values()]
 
 
 def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, backend):
@@ -36,17 +37,12 @@ def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, ba
 
 
 def test_a_misaligned_view_is_refused_at_bind_time_naming_the_tensor(builtin_artifact, backend):
-    artifact = load_artifact(builtin_artifact)
-    engine = backend.load(artifact.file("code_predictor"))
-    d, e = artifact.dims, backend.empty
-    bufs = {"hidden": e((2, d.hidden), np.float32), "code0": e((2,), np.int64), "temperature": e((2,), np.float32),
-            "top_k": e((2,), np.int64), "top_p": e((2,), np.float32),
-            "noise": e((2, d.code_groups - 1, d.codebook_size), np.float32),
-            "codes": e((2, d.code_groups - 1), np.int64), "codec_sum": e((2, d.hidden), np.float32)}
-    engine.plan(bufs)
-    with pytest.raises(EngineError, match=r"code_predictor\.onnx: buffer for code0 starts at an address that is not a "
-                                          r"multiple of 256 bytes"):
-        engine.plan({**bufs, "code0": e((3,), np.int64)[1:]})
+    talker = Synthesizer(load_artifact(builtin_artifact), backend).core.talker
+    bufs = dict(talker.cp_plans[1][0].bindings)
+    talker.cp_engine.plan(bufs)
+    with pytest.raises(EngineError, match=r"code_predictor\.onnx: buffer for positions starts at an address that is "
+                                          r"not a multiple of 256 bytes"):
+        talker.cp_engine.plan({**bufs, "positions": backend.empty((3,), np.int64)[1:2]})
 
 
 def test_backend_close_is_idempotent():

@@ -129,9 +129,10 @@ def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
         with pytest.raises(EngineError, match=rf"talker\.onnx: no optimization profile of the plan admits "
                                               rf"inputs_embeds \[1, {t}, {d.hidden}\], positions \[1\]"):
             talker.engine.plan(binds, repeated=False)
-        plan = synth.core.talker.cp_plans[0]
-        plan._addresses = [(n, addr + 16) if n == "hidden" else (n, addr) for n, addr in plan._addresses]
-        with pytest.raises(EngineError, match=r"code_predictor\.onnx: TensorRT refused address 0x[0-9a-f]+ for hidden "
+        plan = synth.core.talker.cp_plans[1][0]
+        plan._addresses = [(n, addr + 16) if n == "inputs_embeds" else (n, addr) for n, addr in plan._addresses]
+        with pytest.raises(EngineError, match=r"code_predictor\.onnx: TensorRT refused address 0x[0-9a-f]+ for "
+                                              r"inputs_embeds "
                                               r"\(tensor addresses must be 256-byte aligned\)"):
             plan.bind()
     finally:
@@ -148,17 +149,22 @@ def test_state_lives_in_device_memory_and_steps_replay_cuda_graphs(trt, artifact
         synth = Synthesizer(a, backend)
         talker, vocoder = synth.core.talker, synth.core.vocoder
         device = [*talker.keys, *talker.values, *talker.new_keys, *talker.new_values, *talker.prefill_keys,
-                  *talker.prefill_values, *(x for side in vocoder.states for state in side for x in state)]
+                  *talker.prefill_values, *talker.cp_keys, *talker.cp_values,
+                  *(x for keys, values in talker.cp_new.values() for x in (*keys, *values)),
+                  *(x for side in vocoder.states for state in side for x in state)]
         assert all(isinstance(trt._allocation(x)[0], ctypes.Array) for x in device)
-        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.codes, *vocoder.pcm]
+        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_code, talker.cp_embedding,
+                *vocoder.pcm]
         assert not any(isinstance(trt._allocation(x)[0], ctypes.Array) for x in host)
-        step_plans = [*talker.decode_plans, *talker.cp_plans, *vocoder.plans.values()]
+        step_plans = [*talker.decode_plans, *(p for plans in talker.cp_plans.values() for p in plans),
+                      *vocoder.plans.values()]
         assert all(p._graph is not None for p in step_plans)
         assert talker._prefill_plan(9)._graph is None
         libcuda = sys.modules["edged.backends.cuda_graph"].driver()
         before = libcuda.launches
         synth.synthesize([SpeechRequest("g", "Graphs replayed per step.", sampling=Sampling.greedy(), max_frames=10)])
-        assert libcuda.launches - before >= 2 * 10  # a code-predictor and a decode graph per frame, at least
+        passes = a.dims.code_groups - 1
+        assert libcuda.launches - before >= (passes + 1) * 10  # code-predictor passes and a decode per frame
     finally:
         backend.close()
     assert not libcuda.execs and not libcuda.graphs  # every graph destroyed on close
@@ -199,17 +205,19 @@ def test_the_doubles_keep_the_contracts(trt, artifact):
     _, engine_bytes = json.loads("{}"), load_artifact(artifact).file("code_predictor").with_suffix(".plan").read_bytes()
     engine = runtime.deserialize_cuda_engine(engine_bytes.partition(b"\n")[2])
     ctx = engine.create_execution_context()
-    assert ctx.set_tensor_address("hidden", 256 * 7) and not ctx.set_tensor_address("hidden", 256 * 7 + 8)
-    assert ctx.set_input_shape("hidden", (2, 64)) and not ctx.set_input_shape("hidden", (5, 64))
-    assert not ctx.set_input_shape("hidden", (2, 65))
-    assert "code0" in ctx.infer_shapes()
+    assert ctx.set_tensor_address("positions", 256 * 7) and not ctx.set_tensor_address("positions", 256 * 7 + 8)
+    assert ctx.set_input_shape("inputs_embeds", (2, 1, 64)) and not ctx.set_input_shape("inputs_embeds", (5, 1, 64))
+    assert not ctx.set_input_shape("inputs_embeds", (2, 1, 65)) and not ctx.set_input_shape("inputs_embeds", (2, 3, 64))
+    assert "positions" in ctx.infer_shapes()
     assert not ctx.execute_async_v3(0)  # no current context, unset tensors
     assert engine.num_optimization_profiles == 1 and not ctx.set_optimization_profile_async(1, 0)
     stream, graph = fake_trt.Stream(), ctypes.c_void_p()
     fake_trt.Context().push()
     try:
         for name in ctx.infer_shapes():
-            assert ctx.set_input_shape(name, [2, *engine.get_tensor_shape(name)[1:]])
+            shape = engine.get_tensor_profile_shape(name, 0)[2]  # the profile's largest, with 2 members
+            shape[0] = 2 if engine.get_tensor_shape(name)[0] < 0 else shape[0]
+            assert ctx.set_input_shape(name, shape)
         for i in range(engine.num_io_tensors):
             assert ctx.set_tensor_address(engine.get_tensor_name(i), 256 * (i + 1))
         libcuda = fake_trt.Driver()

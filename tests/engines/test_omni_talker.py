@@ -63,8 +63,8 @@ def test_the_moe_talker_equals_the_library(tmp_path, variant):
 
 def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
     """The MoE talker graph (TopK routing mask, every expert as two concatenated matmuls, the gated
-    shared expert) and the code-predictor frame, exported and run on ONNX Runtime: a prefill and a
-    batched decode step give torch's hidden and greedy codes."""
+    shared expert) and the code-predictor pass, exported and run on ONNX Runtime: a prefill and a
+    batched decode step give torch's hidden and greedy codes, and a frame of passes torch's frame."""
     import numpy as np
     import onnxruntime as ort
 
@@ -94,14 +94,31 @@ def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
         with torch.no_grad():
             want_hidden, want_code0, *_ = run_feeds(step, feeds)
         assert np.abs(hidden - want_hidden.numpy()).max() < 1e-4 and np.array_equal(code0, want_code0.numpy())
-    g = cfg.code_groups
-    feeds = {"hidden": rng.standard_normal((2, c.hidden), dtype=np.float32), "code0": np.array([5, 900]),
-             "temperature": np.zeros(2, np.float32), "top_k": np.zeros(2, np.int64), "top_p": np.ones(2, np.float32),
-             "noise": rng.random((2, g - 1, cfg.codebook_size), dtype=np.float32)}
-    session = ort.InferenceSession(str(tmp_path / "code_predictor.onnx"), providers=["CPUExecutionProvider"])
-    codes, codec_sum = session.run(["codes", "codec_sum"], feeds)
+    assert_predictor_passes_equal_the_frame(predictor, tmp_path / "code_predictor.onnx", rng)
+
+
+def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
+    """The code-predictor pass graph, driven pass by pass (engines.talker.predict_frame), gives the
+    torch frame's greedy codes and codec sum."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from engines.talker import predict_frame
+
+    cfg = predictor.cfg
+    b, g, cp = 2, cfg.code_groups, cfg.predictor
+    hidden, code0 = rng.standard_normal((b, cfg.talker.hidden), dtype=np.float32), np.array([5, 900])
+    sampling = {"temperature": np.zeros(b, np.float32), "top_k": np.zeros(b, np.int64), "top_p": np.ones(b, np.float32)}
+    noise = rng.random((b, g - 1, cfg.codebook_size), dtype=np.float32)
+    cache = []
+    for _ in range(cp.layers):
+        cache += [np.zeros((b, cp.kv_heads, cp.head_dim, g), np.float32), np.zeros((b, cp.kv_heads, g, cp.head_dim), np.float32)]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    table = predictor.codec_embedding.weight.detach().numpy()
+    codes, codec_sum = predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling,
+                                     noise)
     with torch.no_grad():
-        want_codes, want_sum = predictor(*(torch.from_numpy(v) for v in feeds.values()))
+        want_codes, want_sum = predictor(*(torch.from_numpy(v) for v in (hidden, code0, *sampling.values(), noise)))
     assert np.array_equal(codes, want_codes.numpy()) and np.abs(codec_sum - want_sum.numpy()).max() < 1e-4
 
 

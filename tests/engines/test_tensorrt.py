@@ -19,7 +19,8 @@ def inputs(path) -> list[tuple[str, list[int]]]:
 
 def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
     a = load_artifact(builtin_artifact)
-    by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, chunk_frames=4, first_chunk_frames=6)
+    by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, a.dims.code_groups, chunk_frames=4,
+                    first_chunk_frames=6)
     seen_dynamic = 0
     for role in a.graphs:
         for index in range(len(profiles(role))):
@@ -39,7 +40,8 @@ def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
 
 def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, int]:
     """What the runtime binds: the talker's context profile is one request's prefill (1..max_seq rows
-    over a one-slot cache), its generation profile 1..max_batch members x 1 row over max_seq slots."""
+    over a one-slot cache), its generation profile 1..max_batch members x 1 row over max_seq slots; a
+    code-predictor pass 1..max_batch members x 1..2 rows over code-groups slots."""
     batch = (1, 1, a.max_batch)
     if role == "talker":
         cache_axis = 3 if name.startswith("past_keys") else 2 if name.startswith("past_values") else None
@@ -50,6 +52,8 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
         return (1, 1, 1) if (name, axis) == ("inputs_embeds", 1) else batch
     if role == "vocoder" and name == "codes" and axis == 2:  # the window's new frames
         return (1, 4, 6)
+    if role == "code_predictor" and axis > 0:  # a pass's 1 or 2 rows, its cache of one slot per code group
+        return (1, 1, 2) if name == "inputs_embeds" else (a.dims.code_groups,) * 3
     assert axis == 0
     return batch
 
@@ -59,7 +63,7 @@ def test_the_talker_is_one_engine_with_a_context_and_a_generation_profile():
 
 
 def test_a_dynamic_axis_without_a_size_is_an_error():
-    by_role = sizes({"max_batch": 4, "max_seq": 64})
+    by_role = sizes({"max_batch": 4, "max_seq": 64}, 16)
     with pytest.raises(ValueError, match="talker: input inputs_embeds axis 2 is dynamic"):
         profile("talker", 0, "inputs_embeds", [1, -1, -1], by_role)
     with pytest.raises(ValueError, match="speaker_encoder: engines/tensorrt.py PROFILES has no entry"):

@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("tiny", help="build a tiny random-weight checkpoint with the reference classes")
     p.add_argument("--family", choices=FAMILIES, default="qwen3_tts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variant", default="0", help="shape variant: 0..3 (qwen3_omni: 0..2), or 0.6b for the real "
-                                                  "0.6B dimensions (qwen3_tts)")
+    p.add_argument("--variant", default="0", help="shape variant: 0..3 (qwen3_omni: 0..2), or real (also 0.6b) for "
+                                                  "the real dimensions: Qwen3-TTS 0.6B; Qwen3-Omni's talker widths "
+                                                  "with 6 of its 20 layers")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(run=_tiny)
 
@@ -71,9 +72,9 @@ def _tiny(args: argparse.Namespace) -> int:
     from engines.registry import family
 
     module = family(args.family)
-    if args.variant == "0.6b":
+    if args.variant in ("real", "0.6b"):
         if not hasattr(module, "build_real_dims"):
-            raise SystemExit(f"edged-engines tiny: family {args.family} has no real-dimension checkpoint (variant 0.6b)")
+            raise SystemExit(f"edged-engines tiny: family {args.family} has no real-dimension checkpoint (variant real)")
         module.build_real_dims(args.out, args.seed)
     else:
         module.build_tiny(args.out, args.seed, int(args.variant))

@@ -33,23 +33,27 @@ class TalkerStep(nn.Module):
         super().__init__()
         self.talker = talker
 
-    def forward(self, inputs_embeds, positions, seen, repetition_penalty, allow_eos,
+    def forward(self, inputs_embeds, positions, slots, seen, repetition_penalty, allow_eos,
                 temperature, top_k, top_p, noise, *cache):
-        # inputs_embeds [B, T, H]; positions [B] (of the first new row);
-        # cache = past_keys_0 [B, Hkv, D, P], past_values_0 [B, Hkv, P, D], ...
-        hidden, new_rows = extend(self.talker.model, inputs_embeds, positions, cache)
+        # inputs_embeds [B, T, H]; positions [B] (of the first new row); slots [L]: only its length is
+        # read, the cache slots attended (the first L of P); cache = past_keys_0 [B, Hkv, D, P],
+        # past_values_0 [B, Hkv, P, D], ...
+        hidden, new_rows = extend(self.talker.model, inputs_embeds, positions, cache, slots.shape[0])
         logits = process_code0(self.talker.codec_head(hidden), seen, repetition_penalty, allow_eos, self.talker.eos)
         code0 = sample(logits, temperature, top_k, top_p, noise)
         return (hidden, code0, *new_rows)
 
 
-def extend(stack: nn.Module, x: torch.Tensor, positions: torch.Tensor, cache: tuple) -> tuple[torch.Tensor, list]:
-    """x [B, T, H]: T new rows per member from `positions` [B] on, over the cache (slots before a
-    member's position are valid); returns the last row's normed hidden [B, H] and each layer's new
-    key rows [B, Hkv, D, T] and value rows [B, Hkv, T, D]."""
+def extend(stack: nn.Module, x: torch.Tensor, positions: torch.Tensor, cache: tuple,
+           slots: int | None = None) -> tuple[torch.Tensor, list]:
+    """x [B, T, H]: T new rows per member from `positions` [B] on, over the first `slots` cache slots
+    (all when None; slots before a member's position are valid); returns the last row's normed
+    hidden [B, H] and each layer's new key rows [B, Hkv, D, T] and value rows [B, Hkv, T, D]."""
     t = x.shape[1]
     rows = positions.unsqueeze(1) + torch.arange(t).unsqueeze(0)  # [B, T]
     cos, sin = rope_tables(rows, stack.c.head_dim, stack.c.rope_theta)  # [B, T, D]
+    if slots is not None:  # read only the slots in use
+        cache = tuple(c[..., :slots] if i % 2 == 0 else c[:, :, :slots] for i, c in enumerate(cache))
     slots = cache[1].shape[2]
     valid = (torch.arange(slots).unsqueeze(0) < positions.unsqueeze(1)).view(-1, 1, 1, slots)
     new_rows = []
@@ -129,21 +133,23 @@ def sampling_examples(batch: int, vocab: int, code0: bool) -> tuple:
 
 
 def export_talker(talker: nn.Module, path: Path, max_seq: int) -> dict:
-    """One graph for prefill and decode: batch B, new rows T and cache slots P all dynamic."""
+    """One graph for prefill and decode: batch B, new rows T, cache slots P and slots attended L all
+    dynamic."""
     c = talker.cfg.talker
     b, t = 2, 3
     cache = []
     for _ in range(c.layers):
         cache += [torch.randn(b, c.kv_heads, c.head_dim, max_seq), torch.randn(b, c.kv_heads, max_seq, c.head_dim)]
-    args = (torch.randn(b, t, c.hidden), torch.tensor([3, 7]), *sampling_examples(b, talker.cfg.vocab, code0=True),
-            *cache)
-    inputs = ["inputs_embeds", "positions", *CODE0_INPUTS, *SAMPLING_INPUTS, *kv_names("past", c.layers)]
+    args = (torch.randn(b, t, c.hidden), torch.tensor([3, 7]), torch.zeros(max_seq - 3, dtype=torch.int64),
+            *sampling_examples(b, talker.cfg.vocab, code0=True), *cache)
+    inputs = ["inputs_embeds", "positions", "slots", *CODE0_INPUTS, *SAMPLING_INPUTS, *kv_names("past", c.layers)]
     outputs = ["hidden", "code0", *kv_names("new", c.layers)]
     batch = torch.export.Dim("B", min=1, max=1024)
     rows = torch.export.Dim("T", min=1, max=32768)
     slots = torch.export.Dim("P", min=1, max=32768)
+    attended = torch.export.Dim("L", min=1, max=32768)
     past = tuple(({0: batch, 3: slots} if i % 2 == 0 else {0: batch, 2: slots}) for i in range(len(cache)))
-    dynamic = ({0: batch, 1: rows},) + ({0: batch},) * 8 + (past,)
+    dynamic = ({0: batch, 1: rows}, {0: batch}, {0: attended}) + ({0: batch},) * 7 + (past,)
     return export_graph(TalkerStep(talker), args, path, inputs, outputs, dynamic)
 
 

@@ -4,9 +4,9 @@ Writes `<graph>.plan` beside each `<graph>.onnx`, stamped with the TensorRT vers
 graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), with the
 optimization profiles of what the runtime binds (`PROFILES`): the talker is one engine (its weights
 once) with a context profile (one request's prefill: 1 member, 1..max_seq rows, a one-slot cache)
-and a generation profile (1..max_batch members with opt 1, one row, the whole max_seq cache); the
-code predictor (one pass: 1..2 rows over its code-groups-slot cache) and the vocoder have one profile
-each (batch 1..max_batch with opt 1; vocoder window
+and a generation profile (1..max_batch members with opt 1, one row over the max_seq cache, attending
+its first 64..max_seq slots); the code predictor (one pass: 1..2 rows over its code-groups-slot
+cache) and the vocoder have one profile each (batch 1..max_batch with opt 1; vocoder window
 1..max(chunk_frames, first_chunk_frames) with opt chunk_frames: pass the daemon's `[vocoder]`
 values). Which axis of which input is dynamic, and in what role, is that explicit table; an input
 with a dynamic axis the table does not name is an error, so a contract change cannot build a plan
@@ -14,8 +14,7 @@ that the runtime's bindings fall outside of. The builder's workspace is capped (
 an 8 GB Orin) and TF32 is off, so fp32 plans match ONNX Runtime. An fp16 artifact is built as a
 strongly typed network: its graphs say where fp16 is (the weights' products) and where fp32 stays
 (norms, softmax, logits, sampling). Only `build` needs TensorRT; the profiles are computed (and
-tested) without it.
-"""
+tested) without it."""
 
 from __future__ import annotations
 
@@ -31,17 +30,17 @@ Profile = dict[str, dict[int, str]]
 PROFILES: dict[str, list[Profile]] = {
     "talker": [
         {"inputs_embeds": {0: "1", 1: "T"}, "past_keys_*": {0: "1", 3: "1"}, "past_values_*": {0: "1", 2: "1"},
-         ANY: {0: "1"}},  # context: one request's prefill over the one-slot cache the mask hides
+         "slots": {0: "1"}, ANY: {0: "1"}},  # context: a request's prefill over the one-slot cache the mask hides
         {"inputs_embeds": {0: "B", 1: "1"}, "past_keys_*": {0: "B", 3: "S"}, "past_values_*": {0: "B", 2: "S"},
-         ANY: {0: "B"}},  # generation: one row per member over the whole cache
+         "slots": {0: "L"}, ANY: {0: "B"}},  # generation: one row per member over the first L cache slots
     ],
     "code_predictor": [{"inputs_embeds": {0: "B", 1: "R"}, "past_keys_*": {0: "B", 3: "G"},
                         "past_values_*": {0: "B", 2: "G"}, ANY: {0: "B"}}],  # a pass: 1 or 2 rows per member
     "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
 }
 """graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
-(max_seq), R code-predictor pass rows (1..2), G code-predictor cache slots (code groups), F vocoder
-frames, 1 exactly one."""
+(max_seq), L slots a decode attends (64..max_seq), R code-predictor pass rows (1..2), G
+code-predictor cache slots (code groups), F vocoder frames, 1 exactly one."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
 TACTIC_DRAM = 2 << 30
@@ -54,7 +53,8 @@ def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_fra
     """(min, opt, max) per size role."""
     b, s, g = limits["max_batch"], limits["max_seq"], code_groups
     window = max(chunk_frames, first_chunk_frames)
-    return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "R": (1, 1, 2), "G": (g, g, g),
+    return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "L": (min(64, s), min(64, s), s),
+            "R": (1, 1, 2), "G": (g, g, g),
             "F": (1, chunk_frames, window), "1": (1, 1, 1)}
 
 

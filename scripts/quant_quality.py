@@ -119,6 +119,7 @@ class Model:
         vocab = a.dims.vocab
         noise, temperature = _force(forced[0] if forced is not None else None, vocab)
         feed = {"inputs_embeds": rows.astype(np.float32), "positions": np.array([position], np.int64),
+                "slots": np.zeros(1 if position == 0 else a.max_seq, np.int64),
                 "seen": np.zeros((1, vocab), np.float32), "repetition_penalty": np.ones(1, np.float32),
                 "allow_eos": np.array([f >= self.blocked]), "temperature": temperature, "top_k": np.zeros(1, np.int64),
                 "top_p": np.ones(1, np.float32), "noise": noise}

@@ -9,9 +9,9 @@
 2. Bytes each stage reads per frame, from the graphs' initializers: every weight a product reads
    (a quantized weight's INT8/INT4 values and its scales), the tables a stage gathers one row of
    (not counted: a row is nothing), Qwen3-Omni's stacked experts k of E per row, and the KV cache
-   rows in use at `--position`. The talker decodes once per frame; the code predictor runs G-1
-   passes (its stacked heads: one head a pass); the vocoder runs once per window of
-   `--chunk-frames` frames.
+   rows the decode's attention span reads at `--position` (the decode plan bound for it). The
+   talker decodes once per frame; the code predictor runs G-1 passes (its stacked heads: one head
+   a pass); the vocoder runs once per window of `--chunk-frames` frames.
 3. Time: each stage's bound plan alone (the talker's batch-1 decode, one frame of code-predictor
    passes, one vocoder window), median of `--repeats` runs after a warm-up.
 
@@ -115,7 +115,10 @@ def stage_bytes(a: Artifact, position: int, chunk_frames: int) -> dict[str, floa
     talker, experts = weight_bytes(a.file("talker"))
     if experts:  # Qwen3-Omni: a decode row reads k of E experts
         talker += experts * router_share(a.file("talker"))
-    kv = 2 * d.layers * d.kv_heads * d.head_dim * position * 4
+    from edged.talker.stage import buckets
+
+    span = next(b for b in buckets(a.max_seq) if b >= position)
+    kv = 2 * d.layers * d.kv_heads * d.head_dim * span * 4
     cp, heads = weight_bytes(a.file("code_predictor"))
     passes = d.code_groups - 1
     vocoder, _ = weight_bytes(a.file("vocoder"))
@@ -123,7 +126,7 @@ def stage_bytes(a: Artifact, position: int, chunk_frames: int) -> dict[str, floa
             "vocoder": vocoder / chunk_frames}
 
 
-def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int) -> dict[str, float]:
+def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, position: int = 64) -> dict[str, float]:
     synth = Synthesizer(a, make_backend("onnxruntime", threads=threads), chunk_frames=chunk_frames,
                         first_chunk_frames=chunk_frames)
     voice = next(iter(a.speakers), None)
@@ -131,7 +134,7 @@ def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int) -> d
                                     max_frames=2 * chunk_frames)])
     talker, vocoder = synth.core.talker, synth.core.vocoder
     window = vocoder.plans[chunk_frames] if chunk_frames in vocoder.plans else next(iter(vocoder.plans.values()))
-    return {"talker decode": median(talker.decode_plans[0].run, repeats),
+    return {"talker decode": median(talker.decode_plan(1, position).run, repeats),
             "code predictor": median(lambda: talker.predict(1), repeats),
             "vocoder": median(window.run, repeats) / chunk_frames}
 
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{summed:.1f} GB/s numpy sum (1 thread)")
     print(f"artifact: {a.path} ({a.family}, weights {a.weights}, precision {a.precision})\n")
     nbytes = stage_bytes(a, args.position, args.chunk_frames)
-    times = stage_times(a, args.threads, args.repeats, args.chunk_frames)
+    times = stage_times(a, args.threads, args.repeats, args.chunk_frames, args.position)
     print("| stage | MB read / frame | ms / frame | roofline ms | x roofline |")
     print("|---|---|---|---|---|")
     for stage, size in nbytes.items():

@@ -11,8 +11,10 @@ by `Backend.copy`, never through the host. The family (`edged.families`) supplie
 and the special ids; nothing here names a family.
 
 One talker graph does both (it holds the weights once): a decode plan binds n members x 1 new row
-over the whole cache, a prefill plan 1 member x the prompt's rows at position 0 over a one-slot
-cache that the graph's mask hides. Every bound view starts on a 256-byte boundary: batched plans
+over the cache, attending only its first L slots (plans are bound per span L = 64, 128, ...,
+max_seq, and a step runs the shortest that holds its members' positions, so a long max_seq costs
+nothing until it is used); a prefill plan binds 1 member x the prompt's rows at position 0 over a
+one-slot cache that the graph's mask hides. Every bound view starts on a 256-byte boundary: batched plans
 bind rows 0..n-1 from the start of each buffer, and the prefill (one request in any slot) binds
 buffers of its own, whose results are copied into the slot's rows.
 """
@@ -66,6 +68,19 @@ class Member:
     prefill_ms: float = 0.0
     step_ms: float = 0.0
     first_frame_at: float | None = None
+
+
+BUCKET_MIN = 64
+"""The shortest attention span a decode plan is bound for; spans double from it up to max_seq."""
+
+
+def buckets(max_seq: int) -> list[int]:
+    """The attention spans decode plans are bound for: 64, 128, ... and max_seq itself."""
+    spans, length = [], BUCKET_MIN
+    while length < max_seq:
+        spans.append(length)
+        length *= 2
+    return [*spans, max_seq]
 
 
 class TalkerStage:
@@ -135,7 +150,9 @@ class TalkerStage:
                            for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
                                         "noise", "hidden", "code0")}
         self.stepping = np.zeros(b, dtype=bool)
-        self.decode_plans = [self._decode_plan(n) for n in range(1, b + 1)]
+        self.slots = e((s,), dec("slots"))  # only its bound length is read: the cache slots a plan attends
+        self.buckets = buckets(s)
+        self.decode_plans = [{length: self._decode_plan(n, length) for length in self.buckets} for n in range(1, b + 1)]
         self.cp_plans = {t: [self._cp_plan(n, t) for n in range(1, b + 1)] for t in (1, 2)}
         kv = sum(x.nbytes for x in (*self.keys, *self.values, *self.cp_keys, *self.cp_values))
         scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
@@ -158,14 +175,21 @@ class TalkerStage:
                 "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "noise": self.noise,
                 "hidden": self.hidden, "code0": self.code0}
 
-    def _decode_plan(self, n: int) -> Plan:
+    def _decode_plan(self, n: int, length: int) -> Plan:
+        """The decode of members 0..n-1 attending the first `length` cache slots."""
         rows = slice(0, n)
         binds = {"inputs_embeds": self.inputs_embeds[rows].reshape(n, 1, -1), "positions": self.positions[rows],
-                 **{name: buf[rows] for name, buf in self.decode_buffers.items()}}
+                 "slots": self.slots[:length], **{name: buf[rows] for name, buf in self.decode_buffers.items()}}
         for i in range(self.artifact.dims.layers):
             binds |= {f"past_keys_{i}": self.keys[i][rows], f"past_values_{i}": self.values[i][rows],
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
         return self.engine.plan(binds)
+
+    def decode_plan(self, n: int, length: int) -> Plan:
+        """The decode plan of members 0..n-1 whose positions are all below `length`: the smallest
+        bucket that holds them (a held row's larger position only spoils its own discarded result)."""
+        plans = self.decode_plans[n - 1]
+        return plans[next((b for b in self.buckets if b >= length), self.buckets[-1])]
 
     def _cp_plan(self, n: int, t: int) -> Plan:
         """A code-predictor pass of members 0..n-1 with t new rows each (2: a frame's first pass)."""
@@ -257,7 +281,7 @@ class TalkerStage:
     def _prefill_plan(self, t: int) -> Plan:
         d = self.artifact.dims
         binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), "positions": self.prefill_position,
-                 **self.prefill_io}
+                 "slots": self.slots[:1], **self.prefill_io}
         for i in range(d.layers):
             binds[f"past_keys_{i}"], binds[f"past_values_{i}"] = self.no_keys, self.no_values
             binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
@@ -298,7 +322,7 @@ class TalkerStage:
         for m in talking:
             self._feed(m)
         if talking:
-            self.decode_plans[n - 1].run()  # next code 0 for members still talking
+            self.decode_plan(n, max(m.position for m in talking) + 1).run()  # next code 0 for those talking
         self._restore(n)
         for m in talking:
             self.commit_kv(m.slot, m.position)

@@ -266,7 +266,6 @@ class BareLoop:
             np.copyto(t.prefill_rows[: positions[slot]], self.rows[slot])
             t.prefill(slot, positions[slot])
             t.seen[slot, t.code0[slot]] = 1
-        decode = t.decode_plans[n - 1]
         for f in range(num_frames):
             t.predict(n)  # groups 1..G-1
             for slot in slots:
@@ -279,7 +278,7 @@ class BareLoop:
                     np.add(t.codec_sum[slot], text, out=t.inputs_embeds[slot])
                 t.positions[:n] = positions
                 t.allow_eos[:n] = f + 2 > t.eos_blocked_decisions  # decision f + 1 of the stream
-                decode.run()
+                t.decode_plan(n, max(positions) + 1).run()
                 for slot in slots:
                     t.commit_kv(slot, positions[slot])
                     positions[slot] += 1

@@ -78,8 +78,8 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
     p16.run()
     prefill_hidden = np.abs(p_out["hidden"][0] - hidden32).max()
     prefill_logits = np.abs((p_out["hidden"][0] - hidden32) @ w.T).max()
-    decode16, d_out = twin(e16["talker"], t.decode_plans[0], [n for n in t.decode_plans[0].bindings
-                                                                 if n in e16["talker"].outputs])
+    decode32 = t.decode_plans[0][t.buckets[-1]]  # the whole cache: what the step's plan attends, and more
+    decode16, d_out = twin(e16["talker"], decode32, [n for n in decode32.bindings if n in e16["talker"].outputs])
     sessions = [ort.InferenceSession(str(a.file("code_predictor")), providers=["CPUExecutionProvider"]) for a in (a32, a16)]
     hidden_d, logit_d, codes_same, codes_all, sum_d = 0.0, 0.0, 0, 0, 0.0
     while member.outcome.value == "running":

@@ -18,7 +18,8 @@ from edged.synth import Synthesizer
 def all_plans(core: Core) -> list:
     t, v = core.talker, core.vocoder
     prefills = [t._prefill_plan(n) for n in (1, 7, 33, core.artifact.max_seq - 1)]
-    return [*t.decode_plans, *(p for plans in t.cp_plans.values() for p in plans), *prefills, *v.plans.values()]
+    decodes = [p for plans in t.decode_plans for p in plans.values()]
+    return [*decodes, *(p for plans in t.cp_plans.values() for p in plans), *prefills, *v.plans.values()]
 
 
 def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, backend):

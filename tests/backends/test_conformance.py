@@ -104,6 +104,7 @@ def test_dynamic_prefill_length(artifact, backend):
     for t in (1, 7, 40):
         e = backend.empty
         bufs = {"inputs_embeds": e((1, t, d.hidden), np.float32), "positions": e((1,), np.int64),
+                "slots": e((1,), np.int64),
                 "seen": e((1, d.vocab), np.float32),
                 "repetition_penalty": e((1,), np.float32), "allow_eos": e((1,), np.bool_),
                 "temperature": e((1,), np.float32), "top_k": e((1,), np.int64), "top_p": e((1,), np.float32),

@@ -121,6 +121,7 @@ def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
         synth = Synthesizer(a, backend)
         talker, d, t = synth.core.talker, a.dims, a.max_seq + 1  # one row more than the context profile's maximum
         binds = {"inputs_embeds": backend.empty((1, t, d.hidden), np.float32), "positions": talker.prefill_position,
+                 "slots": talker.slots[:1],
                  **talker.prefill_io}
         for i in range(d.layers):
             binds[f"past_keys_{i}"], binds[f"past_values_{i}"] = talker.no_keys, talker.no_values
@@ -156,7 +157,8 @@ def test_state_lives_in_device_memory_and_steps_replay_cuda_graphs(trt, artifact
         host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_code, talker.cp_embedding,
                 *vocoder.pcm]
         assert not any(isinstance(trt._allocation(x)[0], ctypes.Array) for x in host)
-        step_plans = [*talker.decode_plans, *(p for plans in talker.cp_plans.values() for p in plans),
+        step_plans = [*(p for plans in talker.decode_plans for p in plans.values()),
+                      *(p for plans in talker.cp_plans.values() for p in plans),
                       *vocoder.plans.values()]
         assert all(p._graph is not None for p in step_plans)
         assert talker._prefill_plan(9)._graph is None

@@ -17,7 +17,8 @@ from engines.talker import TalkerStep
 def run_ours(step: TalkerStep, rows: torch.Tensor, positions: int, cache: list[torch.Tensor]):
     """One graph call: `rows` [1, T, H] at `positions`, over `cache`; greedy sampling inputs."""
     vocab = step.talker.codec_head.out_features
-    hidden, code0, *new = step(rows, torch.tensor([positions]), torch.zeros(1, vocab), torch.ones(1),
+    slots = torch.zeros(cache[1].shape[2], dtype=torch.long)  # attend every bound slot
+    hidden, code0, *new = step(rows, torch.tensor([positions]), slots, torch.zeros(1, vocab), torch.ones(1),
                                torch.ones(1, dtype=torch.bool), torch.zeros(1), torch.zeros(1, dtype=torch.long),
                                torch.ones(1), torch.rand(1, vocab), *cache)
     return hidden, code0, new
@@ -81,7 +82,8 @@ def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
     for b, t, position, past in ((1, 7, 0, 1), (3, 1, 5, slots)):
         feeds = {
             "inputs_embeds": rng.standard_normal((b, t, c.hidden), dtype=np.float32),
-            "positions": np.full(b, position, dtype=np.int64), "seen": np.zeros((b, cfg.vocab), np.float32),
+            "positions": np.full(b, position, dtype=np.int64), "slots": np.zeros(past, np.int64),
+            "seen": np.zeros((b, cfg.vocab), np.float32),
             "repetition_penalty": np.full(b, 1.05, np.float32), "allow_eos": np.ones(b, dtype=bool),
             "temperature": np.zeros(b, np.float32), "top_k": np.zeros(b, np.int64), "top_p": np.ones(b, np.float32),
             "noise": rng.random((b, cfg.vocab), dtype=np.float32),

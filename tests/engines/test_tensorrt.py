@@ -47,6 +47,8 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
         cache_axis = 3 if name.startswith("past_keys") else 2 if name.startswith("past_values") else None
         if index == 0:
             return (1, 64, a.max_seq) if (name, axis) == ("inputs_embeds", 1) else (1, 1, 1)
+        if name == "slots":  # the attention span of a decode plan
+            return (64, 64, a.max_seq)
         if axis == cache_axis:
             return (a.max_seq,) * 3
         return (1, 1, 1) if (name, axis) == ("inputs_embeds", 1) else batch

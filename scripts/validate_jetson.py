@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The device acceptance run of the TensorRT backend: one command on a Jetson, one summary table.
 
-    scripts/validate_jetson.sh [--artifact DIR] [--soak-requests N] [--fp16] [--clocks]
+    scripts/validate_jetson.sh [--artifact DIR] [--soak-requests N] [--fp16] [--weights int4] [--clocks]
     python scripts/validate_jetson.py --backend onnxruntime     # the same run on ONNX Runtime (CPU): a dry run
 
 In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
@@ -13,7 +13,9 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
    cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
-   frames agreement and PCM SNR;
+   frames agreement and PCM SNR; `--weights int8 int4`: the artifact's quantized twins
+   (`edged-engines quantize`), built strongly typed (TensorRT's weight-only INT4 kernels), against
+   the same twin on ONNX Runtime: frames agreement and PCM SNR;
 6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
    audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
 7. SIGTERM: the daemon drains, closes the backend (the CUDA context is popped) and exits 0.
@@ -253,6 +255,9 @@ def main() -> int:
     p.add_argument("--artifact", type=Path, default=BUILTIN)
     p.add_argument("--soak-requests", type=int, default=25, help="requests per client (4 clients)")
     p.add_argument("--fp16", action="store_true", help="also the artifact's fp16 twin, built strongly typed, and its quality")
+    p.add_argument("--weights", nargs="*", choices=["int8", "int4"], default=[],
+                   help="also the artifact's int8 / int4 twins (engines/quantize.py), built strongly typed: plans, "
+                        "and frames against the same twin on ONNX Runtime")
     p.add_argument("--clocks", action="store_true", help="run `sudo jetson_clocks` first (the timings assume it)")
     args = p.parse_args()
     summary = Summary()
@@ -272,6 +277,14 @@ def main() -> int:
                 summary.add("fp16 artifact", False, made.stderr.strip()[-300:])
             elif plans(fp16, args.backend, summary, "plans (fp16, strongly typed)"):
                 parity(fp16, args.backend, summary, "fp16 quality vs ONNX Runtime fp32", reference)
+        for weights in args.weights:
+            twin = work / weights
+            made = subprocess.run([sys.executable, "-m", "engines.cli", "quantize", "--artifact", str(args.artifact),
+                                   "--out", str(twin), "--weights", weights], capture_output=True, text=True)
+            if made.returncode:
+                summary.add(f"{weights} artifact", False, made.stderr.strip()[-300:])
+            elif plans(twin, args.backend, summary, f"plans ({weights}, strongly typed)"):
+                parity(twin, args.backend, summary, f"{weights} vs the same artifact on ONNX Runtime")
         soak(artifact, args.backend, args.soak_requests, summary)
     return summary.print()
 

@@ -253,6 +253,28 @@ def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact
     assert np.array_equal(want.frames, got.frames)
 
 
+def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path):
+    """An int4 twin's plans are built as strongly typed networks (TensorRT's explicit quantization:
+    its DequantizeLinear weights become weight-only kernels) and serve a synthesis; fp32 is not."""
+    from engines.quantize import quantize_artifact
+    from engines.tensorrt import build_plans
+
+    int4 = tmp_path / "int4"
+    quantize_artifact(builtin_artifact, int4, "int4")
+    typed = {p.stem: json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(int4)}
+    assert typed == {"talker": True, "code_predictor": True, "vocoder": True}
+    fp32 = tmp_path / "fp32"
+    shutil.copytree(builtin_artifact, fp32)
+    assert not any(json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(fp32))
+    backend = trt.TrtBackend()
+    try:
+        got = Synthesizer(load_artifact(int4), backend).synthesize(
+            [SpeechRequest("q", "Four-bit weights.", sampling=Sampling.greedy(), max_frames=12)])[0]
+    finally:
+        backend.close()
+    assert got.frames.shape[0] == 12 and np.isfinite(got.pcm).all()
+
+
 def test_validate_jetson_compares_graphs_with_enqueues(trt, artifact):
     """The device acceptance run's CUDA-graph row, run through the doubles: the same frames both ways."""
     sys.path.insert(0, str(ROOT / "scripts"))

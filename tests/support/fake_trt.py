@@ -375,7 +375,8 @@ class _Tensor:
 
 
 class _Network:
-    def __init__(self) -> None:
+    def __init__(self, flags: int = 0) -> None:
+        self.strongly_typed = bool(flags & (1 << NetworkDefinitionCreationFlag.STRONGLY_TYPED))
         self.onnx_path: str | None = None
         self.inputs: list[_Tensor] = []
 
@@ -438,7 +439,7 @@ class Builder:
         self.logger = logger
 
     def create_network(self, flags: int = 0) -> _Network:
-        return _Network()
+        return _Network(flags)
 
     def create_builder_config(self) -> _Config:
         return _Config()
@@ -453,7 +454,8 @@ class Builder:
             missing = [n for n in dynamic if n not in profile]
             if missing:
                 raise RuntimeError(f"optimization profile {i} has no shapes for dynamic inputs {missing}")
-        return json.dumps({"onnx": network.onnx_path, "profiles": profiles}).encode()
+        return json.dumps({"onnx": network.onnx_path, "profiles": profiles,
+                           "strongly_typed": network.strongly_typed}).encode()
 
 
 class ICudaEngine:

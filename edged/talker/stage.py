@@ -354,14 +354,16 @@ class TalkerStage:
             self.codec_sum[:n] += self.cp_embedding[:n]
 
     def _commit_cp(self, n: int, position: int, t: int) -> None:
-        """The pass's new K/V rows into the predictor's cache at `position` (on the device, in order)."""
+        """The pass's new K/V rows into the predictor's cache at `position` (on the device, in order):
+        every member's rows share the position, so one 2-D copy per layer and side moves them all."""
         copy = self.backend.copy
         new_keys, new_values = self.cp_new[t]
         for keys, values, new_k, new_v in zip(self.cp_keys, self.cp_values, new_keys, new_values):
-            for slot in range(n):
-                for r in range(t):
-                    copy(keys[slot, :, :, position + r], new_k[slot, :, :, r])
-                    copy(values[slot, :, position + r], new_v[slot, :, r])
+            heads, dim = values.shape[1], values.shape[3]
+            copy(keys.reshape(-1, keys.shape[3])[: n * heads * dim, position:position + t],
+                 new_k.reshape(-1, t)[: n * heads * dim])
+            copy(values.reshape(-1, values.shape[2] * dim)[: n * heads, position * dim:(position + t) * dim],
+                 new_v.reshape(-1, t * dim)[: n * heads])
 
     def _hold(self, members: list[Member], n: int) -> None:
         """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that

@@ -87,6 +87,14 @@ class CodePredictorPass(nn.Module):
         return (code, embedding, *new_rows)
 
 
+def predictor_cache(inputs, batch: int, slots: int) -> list[np.ndarray]:
+    """A fresh code-predictor cache for `predict_frame`: zeros shaped as the pass graph's past_* inputs
+    (`inputs`: an ONNX Runtime session's `get_inputs()`) for `batch` members and `slots` slots."""
+    return [np.zeros([batch, i.shape[1], i.shape[2], slots] if i.name.startswith("past_keys")
+                     else [batch, i.shape[1], slots, i.shape[3]], np.float32)
+            for i in inputs if i.name.startswith("past_")]
+
+
 def predict_frame(run, hidden: np.ndarray, code0: np.ndarray, codec_embedding: np.ndarray, groups: int,
                   cache: list[np.ndarray], sampling: dict[str, np.ndarray], noise: np.ndarray):
     """Groups 1..G-1 of a frame for members [B] through `run(feeds) -> (code, embedding, *new rows)`

@@ -41,7 +41,7 @@ from edged.families import get_family
 from edged.request import SpeechRequest
 from engines.quantize import dequantize
 from engines.sampling import SPECIALS_PER_VOCAB
-from engines.talker import predict_frame
+from engines.talker import predict_frame, predictor_cache
 
 TEXTS = ["Hello world, this is edged speaking.", "Please keep the door closed when the heating is on."]
 FORCE_T = 100.0
@@ -82,7 +82,6 @@ class Model:
         self.talker = session(artifact.file("talker"), threads, level)
         cp = onnx.load(str(artifact.file("code_predictor")))
         cp.graph.output.append(onnx.ValueInfoProto(name=head_output(cp)))
-        self.cp_cache = [i.name for i in cp.graph.input if i.name.startswith("past_")]
         self.codec_table = artifact.tables()["codec_embedding"]
         path = tmp / f"cp-{id(self)}.onnx"
         onnx.save_model(cp, str(path))
@@ -137,7 +136,7 @@ class Model:
             noise[0, np.arange(g - 1), forced[1:]] = 1 - 1e-7
         sampling = {"temperature": np.full(1, FORCE_T if forced is not None else 0.0, np.float32),
                     "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32)}
-        cache = [np.zeros(_cache_shape(name, self.cp.get_inputs(), g), np.float32) for name in self.cp_cache]
+        cache = predictor_cache(self.cp.get_inputs(), 1, g)
         logits = []
 
         def run(feeds):
@@ -148,11 +147,6 @@ class Model:
         codes, codec_sum = predict_frame(run, hidden[None].astype(np.float32), np.array([code0]), self.codec_table, g,
                                          cache, sampling, noise)
         return codes[0], codec_sum[0], np.stack(logits)
-
-
-def _cache_shape(name: str, inputs, slots: int) -> list[int]:
-    shape = next(i.shape for i in inputs if i.name == name)  # [B, Hkv, D, P] keys, [B, Hkv, P, D] values
-    return [1, shape[1], shape[2], slots] if name.startswith("past_keys") else [1, shape[1], slots, shape[3]]
 
 
 def _force(code: int | None, vocab: int) -> tuple[np.ndarray, np.ndarray]:

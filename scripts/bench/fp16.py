@@ -104,11 +104,10 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
 
 def predictor_frame(session, a, hidden: np.ndarray, code0: np.ndarray, table: np.ndarray):
     """One greedy frame of a code-predictor graph, pass by pass (engines.talker.predict_frame)."""
-    from engines.talker import predict_frame
+    from engines.talker import predict_frame, predictor_cache
 
     g = a.dims.code_groups
-    cache = [np.zeros([1, *i.shape[1:-1], g] if i.name.startswith("past_keys") else [1, i.shape[1], g, i.shape[3]],
-                      np.float32) for i in session.get_inputs() if i.name.startswith("past_")]
+    cache = predictor_cache(session.get_inputs(), 1, g)
     sampling = {"temperature": np.zeros(1, np.float32), "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32)}
     noise = np.full((1, g - 1, a.dims.codebook_size), 0.5, np.float32)
     return predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling, noise)

@@ -105,17 +105,15 @@ def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from engines.talker import predict_frame
+    from engines.talker import predict_frame, predictor_cache
 
     cfg = predictor.cfg
-    b, g, cp = 2, cfg.code_groups, cfg.predictor
+    b, g = 2, cfg.code_groups
     hidden, code0 = rng.standard_normal((b, cfg.talker.hidden), dtype=np.float32), np.array([5, 900])
     sampling = {"temperature": np.zeros(b, np.float32), "top_k": np.zeros(b, np.int64), "top_p": np.ones(b, np.float32)}
     noise = rng.random((b, g - 1, cfg.codebook_size), dtype=np.float32)
-    cache = []
-    for _ in range(cp.layers):
-        cache += [np.zeros((b, cp.kv_heads, cp.head_dim, g), np.float32), np.zeros((b, cp.kv_heads, g, cp.head_dim), np.float32)]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    cache = predictor_cache(session.get_inputs(), b, g)
     table = predictor.codec_embedding.weight.detach().numpy()
     codes, codec_sum = predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling,
                                      noise)

@@ -51,20 +51,20 @@ class SegmentsLayout(TtsLayout):
         self.media_ids = frozenset(manifest.special[k] for k in MEDIA_TOKENS)
 
     def check(self, req: SpeechRequest) -> None:
-        for i, turn in enumerate(req.context):
-            if len(turn) != 2 or turn[0] not in ROLES or not isinstance(turn[1], str):
-                raise PromptError(f"context[{i}] must be a (role, content) turn with role in {', '.join(ROLES)}")
         super().check(self._reply(req))
         self._user_turns(req)
 
     def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
-        self.check(req)
+        users = self._user_turns(req)  # the reply's own checks are the tts layout's plan
         reply = super().plan(self._reply(req), streamed)
-        return Prompt(self._user_turns(req) + reply.prefill, reply.track, reply.text_tokens)
+        return Prompt(users + reply.prefill, reply.track, reply.text_tokens)
 
     def _user_turns(self, req: SpeechRequest) -> tuple[Block, ...]:
         """The user turns' rows: runs of text rows, and runs of media rows projected from the request's
         hidden states; raises PromptError when the media do not fit the placeholders."""
+        for i, turn in enumerate(req.context):
+            if len(turn) != 2 or turn[0] not in ROLES or not isinstance(turn[1], str):
+                raise PromptError(f"context[{i}] must be a (role, content) turn with role in {', '.join(ROLES)}")
         turns = [self.text.ids(f"<|im_start|>user\n{content}<|im_end|>\n") for role, content in req.context
                  if role == "user"]
         wanted = sum(1 for ids in turns for i in ids if i in self.media_ids)

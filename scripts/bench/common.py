@@ -215,10 +215,14 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
 
 
 def unloadable(art: Path) -> str | None:
-    """Why edged cannot load `art` (an artifact cached before a contract change), or None."""
+    """Why edged cannot serve `art` (an artifact cached before a contract change), or None: its tables
+    and every graph binding, by booting a Synthesizer on it."""
+    from edged.backends import EngineError, make_backend
+    from edged.synth import Synthesizer
+
     try:
-        load_artifact(art).tables()
-    except ArtifactError as exc:
+        Synthesizer(load_artifact(art), make_backend("onnxruntime", threads=1))
+    except (ArtifactError, EngineError) as exc:
         return str(exc)
     return None
 

@@ -176,6 +176,8 @@ class SamplingConfig:
     cp_temperature: float | None = None
     cp_top_k: int | None = None
     cp_top_p: float | None = None
+    cp_spec_verify_size: int | None = None
+    """The code predictor's speculative verify window for requests that do not say: 0 = off, 2..8."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """What a client asks for: one utterance to speak, and how to sample it.
 
 Code 0 (the talker) uses temperature, top_k, top_p and repetition_penalty; the code predictor uses
-cp_temperature, cp_top_k and cp_top_p. A temperature of 0 means greedy (argmax). The sampling
+cp_temperature, cp_top_k and cp_top_p. A temperature of 0 means greedy (argmax).
+cp_spec_verify_size is the code predictor's speculative verify window: 0 runs one pass per residual
+group; 2..8 lets each pass check W - 1 drafted groups (the sampled distribution is unchanged). The sampling
 itself runs inside the graphs (docs/artifact.md); the host only fills uniform noise from the
 request's own seeded generator. Values are validated at admission.
 """
@@ -17,7 +19,9 @@ Id = str | int
 """A request id, chosen by the client (protocol ids are strings or integers)."""
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "cp_temperature", "cp_top_k", "cp_top_p",
-                 "seed")
+                 "cp_spec_verify_size", "seed")
+MAX_VERIFY_WINDOW = 8
+"""The largest code-predictor verify window (1 drawn group + 7 drafts), as the reference allows."""
 
 
 class SamplingError(ValueError):
@@ -37,6 +41,8 @@ class Sampling:
     cp_temperature: float = 0.9
     cp_top_k: int = 50
     cp_top_p: float = 1.0
+    cp_spec_verify_size: int = 0
+    """The code predictor's verify window: 0 = off (one pass per group), 2..8 = 1 drawn + W-1 drafted groups."""
     seed: int | None = None
     """Seed of the request's noise generator; None = fresh entropy."""
 
@@ -45,7 +51,8 @@ class Sampling:
         s = artifact_sampling
         return cls(temperature=float(s["temperature"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]),
                    repetition_penalty=float(s["repetition_penalty"]), cp_temperature=float(s["cp_temperature"]),
-                   cp_top_k=int(s["cp_top_k"]), cp_top_p=float(s["cp_top_p"]))
+                   cp_top_k=int(s["cp_top_k"]), cp_top_p=float(s["cp_top_p"]),
+                   cp_spec_verify_size=int(s.get("cp_spec_verify_size", 0)))
 
     @classmethod
     def greedy(cls) -> Sampling:
@@ -81,7 +88,11 @@ class Sampling:
                 raise SamplingError(f"sampling.{name} must be in (0, 1], got {getattr(self, name)}")
         if not 0.0 < self.repetition_penalty <= 100.0:
             raise SamplingError(f"sampling.repetition_penalty must be in (0, 100], got {self.repetition_penalty}")
-        return replace(self, top_k=int(self.top_k), cp_top_k=int(self.cp_top_k))
+        w = self.cp_spec_verify_size
+        if not float(w).is_integer() or not (w == 0 or 2 <= w <= MAX_VERIFY_WINDOW):
+            raise SamplingError(f"sampling.cp_spec_verify_size must be 0 (off) or an integer in 2..{MAX_VERIFY_WINDOW}, "
+                                f"got {w!r}")
+        return replace(self, top_k=int(self.top_k), cp_top_k=int(self.cp_top_k), cp_spec_verify_size=int(w))
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,11 @@ def process_code0(logits, seen, repetition_penalty, allow_eos, eos: int):
     return torch.where(suppressed.unsqueeze(0) | eos_blocked, torch.full_like(logits, NEG_INF), logits)
 
 
-def sample(logits, temperature, top_k, top_p, noise):
-    """Temperature -> top-k -> top-p -> Gumbel-max, per row; temperature <= 0 is greedy (argmax).
-
-    logits [..., V]; temperature/top_k/top_p broadcast over the leading dims; noise [..., V] uniform.
-    HF's top-p removes a token when the ascending cumulative probability up to it is <= 1 - top_p,
-    i.e. when the probability mass strictly above it (in descending order) is >= top_p.
+def filtered(logits, temperature, top_k, top_p):
+    """The temperature-scaled logits with every token that top-k or top-p removes at -inf, per row
+    (a greedy row is scaled by 1). logits [..., V]; temperature/top_k/top_p broadcast over the
+    leading dims. HF's top-p removes a token when the ascending cumulative probability up to it is
+    <= 1 - top_p, i.e. when the probability mass strictly above it (in descending order) is >= top_p.
     """
     vocab = logits.shape[-1]
     w = min(WINDOW, vocab)
@@ -66,8 +65,24 @@ def sample(logits, temperature, top_k, top_p, noise):
     threshold = torch.gather(window, -1, kept - 1)
     unfiltered = top_k_off & (top_p.unsqueeze(-1) >= 1.0)
     threshold = torch.where(unfiltered, torch.full_like(threshold, NEG_INF), threshold)
-    filtered = torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)
+    return torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)
+
+
+def sample(logits, temperature, top_k, top_p, noise):
+    """Temperature -> top-k -> top-p -> Gumbel-max, per row; temperature <= 0 is greedy (argmax).
+
+    logits [..., V]; temperature/top_k/top_p broadcast over the leading dims; noise [..., V] uniform.
+    """
     gumbel = -torch.log(-torch.log(noise))
-    score = torch.where(greedy.unsqueeze(-1), logits, filtered + gumbel)
+    greedy = (temperature <= 0).unsqueeze(-1)
+    score = torch.where(greedy, logits, filtered(logits, temperature, top_k, top_p) + gumbel)
     return torch.argmax(score, dim=-1)
 
+
+def probabilities(logits, temperature, top_k, top_p):
+    """The distribution `sample` draws from: the softmax of `filtered`; one-hot at the argmax where
+    greedy. logits [..., V] -> [..., V]."""
+    soft = torch.softmax(filtered(logits, temperature, top_k, top_p), dim=-1)
+    best = torch.argmax(logits, dim=-1, keepdim=True)
+    onehot = (torch.arange(logits.shape[-1]) == best).to(logits.dtype)
+    return torch.where((temperature <= 0).unsqueeze(-1), onehot, soft)

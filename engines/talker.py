@@ -1,10 +1,13 @@
 """The talker and code-predictor graphs every family exports, and their export.
 
 `TalkerStep` is the one talker graph: new rows over the runtime's KV cache, code 0 sampled.
-`CodePredictorPass` is the one code-predictor graph: new rows over the predictor's own KV cache, one
-residual group's code sampled with that group's head. A frame is G-1 passes (`predict_frame` drives
-them as the runtime does), so each weight is read by one product of the graph and stored once (a
-quantized weight must be: engines/quantize.py). A family's talker module supplies `model` (an
+`CodePredictorPass` is the one code-predictor graph: new rows over the predictor's own KV cache, the
+last rows' codes drawn with their groups' heads and, when drafts are given, checked by the
+speculative rule; `CodePredictorDraft` proposes the next groups' codes from one verified hidden
+(the later heads applied to it). Without speculation a frame is G-1 passes (`predict_frame` drives
+them as the runtime does). Each layer weight is read by one product of the graph and stored once
+(a quantized weight must be: engines/quantize.py); the heads and the residual embeddings are host
+tables (`predictor_tables`), bound or looked up by the runtime. A family's talker module supplies `model` (an
 `engines.layers.Stack`), `codec_head`, `eos` (the code 0 that ends an utterance) and `cfg` (`talker`
 stack config, `vocab`); its code predictor's weights are `engines.qwen3_tts.model.CodePredictorFrame`.
 docs/artifact.md has the graphs' contracts.
@@ -18,9 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from engines.layers import rope_tables
 from engines.onnx import export_graph
-from engines.sampling import process_code0, sample
+from engines.sampling import probabilities, process_code0, sample
 
 
 class TalkerStep(nn.Module):
@@ -45,10 +49,11 @@ class TalkerStep(nn.Module):
 
 
 def extend(stack: nn.Module, x: torch.Tensor, positions: torch.Tensor, cache: tuple,
-           slots: int | None = None) -> tuple[torch.Tensor, list]:
+           slots: int | None = None, last: int | None = None) -> tuple[torch.Tensor, list]:
     """x [B, T, H]: T new rows per member from `positions` [B] on, over the first `slots` cache slots
     (all when None; slots before a member's position are valid); returns the last row's normed
-    hidden [B, H] and each layer's new key rows [B, Hkv, D, T] and value rows [B, Hkv, T, D]."""
+    hidden [B, H] (with `last`: the last `last` rows', [B, last, H]) and each layer's new key rows
+    [B, Hkv, D, T] and value rows [B, Hkv, T, D]."""
     t = x.shape[1]
     rows = positions.unsqueeze(1) + torch.arange(t).unsqueeze(0)  # [B, T]
     cos, sin = rope_tables(rows, stack.c.head_dim, stack.c.rope_theta)  # [B, T, D]
@@ -61,30 +66,69 @@ def extend(stack: nn.Module, x: torch.Tensor, positions: torch.Tensor, cache: tu
         attn, k, v = layer.self_attn.extend(layer.input_layernorm(x), cos, sin, cache[2 * i], cache[2 * i + 1], valid)
         x = layer.finish(x, attn)
         new_rows += [k.transpose(2, 3), v]  # [B, Hkv, D, T], [B, Hkv, T, D]
-    return stack.norm(x[:, -1]), new_rows
+    return stack.norm(x[:, -1] if last is None else x[:, t - last:]), new_rows
+
+
+INCLUSIVE_UPPER = torch.from_numpy(np.triu(np.ones((MAX_WINDOW, MAX_WINDOW), dtype=np.float32)))
+"""[W, W], 1 on and above the diagonal: rejected @ it counts the rejections up to each row."""
 
 
 class CodePredictorPass(nn.Module):
     """One pass of the code predictor: T new rows (talker width, projected in the graph) over the
-    predictor's KV cache, then residual group `group`'s code sampled from the last row with that
-    group's head, and the code's embedding (talker width: the next pass's row, and a term of the
-    frame's codec sum). The heads and the residual embeddings are stacked ([G-1, Hc, Vc] and
-    [(G-1) x Vc, H]) and gathered by `group`, so one graph serves every group."""
+    predictor's KV cache; the last V rows are verified, row T-V+i with head i of `heads` (the
+    residual groups' heads are a bound input, [V, Hc, Vc], so a pass reads only the heads it uses
+    and no copy is made of them). Row i checks draft i by the speculative rule: with p the
+    distribution `sample` draws from (one-hot where greedy) and q the draft's, draft d is accepted
+    when accept_noise * q(d) < p(d); otherwise the row's code is drawn from norm(max(p - q, 0)).
+    The last column's q is all zero, so its code is always drawn from p: with V = 1 a pass is the
+    plain autoregressive step. `accepted` counts each member's leading accepted drafts; `hidden` is
+    the normed hidden of the verified rows (the next drafts come from one of them)."""
 
     def __init__(self, predictor: nn.Module):
         super().__init__()
         self.predictor = predictor
-        self.register_buffer("heads", torch.stack([h.weight.T for h in predictor.lm_head]).contiguous().detach())
-        self.register_buffer("embeddings", torch.cat([e.weight for e in predictor.cp_embedding]).contiguous().detach())
-        self.codebook = predictor.cfg.codebook_size
 
-    def forward(self, inputs_embeds, positions, group, temperature, top_k, top_p, noise, *cache):
-        # inputs_embeds [B, T, H]; positions [B]; group [1]; noise [B, Vc]
+    def forward(self, inputs_embeds, positions, heads, drafts, draft_probs, temperature, top_k, top_p,
+                accept_noise, noise, *cache):
+        # inputs_embeds [B, T, H]; positions [B]; heads [V, Hc, Vc]; drafts [B, V]; draft_probs [B, V, Vc];
+        # accept_noise [B, V]; noise [B, V, Vc]
+        verified = drafts.shape[1]
         x = self.predictor.small_to_mtp_projection(inputs_embeds)
-        hidden, new_rows = extend(self.predictor.model, x, positions, cache)
-        code = sample(hidden @ self.heads[group[0]], temperature, top_k, top_p, noise)
-        embedding = nn.functional.embedding(code + group[0] * self.codebook, self.embeddings)
-        return (code, embedding, *new_rows)
+        hidden, new_rows = extend(self.predictor.model, x, positions, cache, last=verified)  # [B, V, Hc]
+        logits = torch.matmul(hidden.transpose(0, 1), heads).transpose(0, 1)  # [B, V, Vc]
+        settings = (temperature.unsqueeze(-1), top_k.unsqueeze(-1), top_p.unsqueeze(-1))
+        p = probabilities(logits, *settings)
+        p_draft = torch.gather(p, -1, drafts.unsqueeze(-1)).squeeze(-1)
+        q_draft = torch.gather(draft_probs, -1, drafts.unsqueeze(-1)).squeeze(-1)
+        accept = (accept_noise * q_draft < p_draft) & (q_draft > 0)
+        residual = torch.clamp(p - draft_probs, min=0.0)
+        gumbel = -torch.log(-torch.log(noise))
+        greedy = (temperature <= 0).view(-1, 1, 1)
+        drawn = torch.argmax(torch.where(greedy, residual, torch.log(residual) + gumbel), dim=-1)
+        codes = torch.where(accept, drafts, drawn)
+        rejections = torch.matmul((~accept).to(torch.float32), INCLUSIVE_UPPER[:verified, :verified])
+        accepted = (rejections == 0).to(torch.int64).sum(-1)
+        return (codes, accepted, hidden, *new_rows)
+
+
+class CodePredictorDraft(nn.Module):
+    """Drafts for the next D groups from one verified hidden each: heads [D, Hc, Vc] (bound, the
+    groups after the last committed one) applied to it, each draft sampled as `sample` does, and its
+    distribution q (one-hot where greedy). No weights of its own: one matmul per drafted group."""
+
+    def forward(self, hidden, heads, temperature, top_k, top_p, noise):
+        # hidden [B, Hc]; heads [D, Hc, Vc]; noise [B, D, Vc]
+        logits = torch.matmul(hidden.unsqueeze(0), heads).transpose(0, 1)  # [B, D, Vc]
+        settings = (temperature.unsqueeze(-1), top_k.unsqueeze(-1), top_p.unsqueeze(-1))
+        return sample(logits, *settings, noise), probabilities(logits, *settings)
+
+
+def predictor_tables(predictor: nn.Module) -> dict[str, torch.Tensor]:
+    """The code predictor's host-side tables: every residual group's head, stacked [G-1, Hc, Vc]
+    (bound into the passes by view), and its codec embedding, stacked [G-1, Vc, H] (looked up by
+    the host)."""
+    return {"cp_heads": torch.stack([h.weight.T for h in predictor.lm_head]).contiguous().detach(),
+            "cp_codec_embedding": torch.stack([e.weight for e in predictor.cp_embedding]).contiguous().detach()}
 
 
 def predictor_cache(inputs, batch: int, slots: int) -> list[np.ndarray]:
@@ -95,29 +139,35 @@ def predictor_cache(inputs, batch: int, slots: int) -> list[np.ndarray]:
             for i in inputs if i.name.startswith("past_")]
 
 
-def predict_frame(run, hidden: np.ndarray, code0: np.ndarray, codec_embedding: np.ndarray, groups: int,
+def predict_frame(run, hidden: np.ndarray, code0: np.ndarray, tables: dict[str, np.ndarray], groups: int,
                   cache: list[np.ndarray], sampling: dict[str, np.ndarray], noise: np.ndarray):
-    """Groups 1..G-1 of a frame for members [B] through `run(feeds) -> (code, embedding, *new rows)`
-    (a code-predictor pass graph), as the runtime drives it: [hidden, E(code 0)] at position 0 with
-    group 0, then each group's embedding at position g + 1 with group g; the new K/V rows go into
-    `cache` (past_keys_i [B, Hkv, D, G], past_values_i [B, Hkv, G, D], ...). noise [B, G-1, Vc].
-    Returns codes [B, G-1] and the codec sum [B, H] (E(code 0) + every group's embedding, in order)."""
-    b = hidden.shape[0]
-    rows = np.stack([hidden, codec_embedding[code0]], axis=1).astype(np.float32)
+    """Groups 1..G-1 of a frame for members [B] through `run(feeds) -> (codes, accepted, hidden, *new
+    rows)` (a code-predictor pass graph), autoregressively as the runtime drives it without
+    speculation: [hidden, E(code 0)] at position 0 with head 0, then each group's embedding at
+    position g + 1 with head g; the new K/V rows go into `cache` (past_keys_i [B, Hkv, D, G],
+    past_values_i [B, Hkv, G, D], ...). `tables`: codec_embedding (code 0's), cp_heads and
+    cp_codec_embedding. noise [B, G-1, Vc]. Returns codes [B, G-1] and the codec sum [B, H]
+    (E(code 0) + every group's embedding, in order)."""
+    b, vc = hidden.shape[0], tables["cp_heads"].shape[-1]
+    rows = np.stack([hidden, tables["codec_embedding"][code0]], axis=1).astype(np.float32)
     codec_sum = rows[:, 1].copy()
     codes = np.zeros((b, groups - 1), np.int64)
+    no_draft = {"drafts": np.zeros((b, 1), np.int64), "draft_probs": np.zeros((b, 1, vc), np.float32),
+                "accept_noise": np.zeros((b, 1), np.float32)}
     for g in range(groups - 1):
         position = 0 if g == 0 else g + 1
-        feeds = {"inputs_embeds": rows, "positions": np.full(b, position, np.int64), "group": np.array([g]),
-                 **sampling, "noise": np.ascontiguousarray(noise[:, g])}
+        feeds = {"inputs_embeds": rows, "positions": np.full(b, position, np.int64),
+                 "heads": tables["cp_heads"][g:g + 1], **no_draft, **sampling,
+                 "noise": np.ascontiguousarray(noise[:, g:g + 1])}
         for i in range(len(cache) // 2):
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = cache[2 * i], cache[2 * i + 1]
-        code, embedding, *new = run(feeds)
+        code, _, _, *new = run(feeds)
         t = rows.shape[1]
         for i in range(len(cache) // 2):
             cache[2 * i][..., position:position + t] = new[2 * i]
             cache[2 * i + 1][:, :, position:position + t] = new[2 * i + 1]
-        codes[:, g] = code
+        codes[:, g] = code[:, 0]
+        embedding = tables["cp_codec_embedding"][g][code[:, 0]]
         codec_sum += embedding
         rows = embedding[:, None].astype(np.float32)
     return codes, codec_sum
@@ -162,21 +212,40 @@ def export_talker(talker: nn.Module, path: Path, max_seq: int) -> dict:
 
 
 def export_predictor(predictor: nn.Module, path: Path) -> dict:
-    """One pass over the predictor's cache: batch B, new rows T and cache slots P all dynamic."""
+    """One pass over the predictor's cache: batch B, new rows T, verified rows V and cache slots P all
+    dynamic."""
     cfg = predictor.cfg
     c = cfg.predictor
-    b, t, slots = 2, 2, cfg.code_groups
+    b, t, v, slots = 2, 3, 2, cfg.code_groups
     cache = []
     for _ in range(c.layers):
         cache += [torch.randn(b, c.kv_heads, c.head_dim, slots), torch.randn(b, c.kv_heads, slots, c.head_dim)]
-    args = (torch.randn(b, t, cfg.talker.hidden), torch.tensor([0, 3]), torch.tensor([1]),
-            torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long), torch.ones(b),
-            torch.rand(b, cfg.codebook_size), *cache)
-    inputs = ["inputs_embeds", "positions", "group", *SAMPLING_INPUTS, *kv_names("past", c.layers)]
-    outputs = ["code", "embedding", *kv_names("new", c.layers)]
+    heads = predictor_tables(predictor)["cp_heads"][:v]
+    args = (torch.randn(b, t, cfg.talker.hidden), torch.tensor([0, 3]), heads, torch.tensor([[1, 2], [3, 4]]),
+            torch.rand(b, v, cfg.codebook_size), torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long),
+            torch.ones(b), torch.rand(b, v), torch.rand(b, v, cfg.codebook_size), *cache)
+    inputs = ["inputs_embeds", "positions", "heads", "drafts", "draft_probs", "temperature", "top_k", "top_p",
+              "accept_noise", "noise", *kv_names("past", c.layers)]
+    outputs = ["codes", "accepted", "hidden", *kv_names("new", c.layers)]
     batch = torch.export.Dim("B", min=1, max=1024)
     rows = torch.export.Dim("T", min=1, max=1024)
+    verified = torch.export.Dim("V", min=1, max=MAX_WINDOW)
     slots_dim = torch.export.Dim("P", min=1, max=1024)
     past = tuple(({0: batch, 3: slots_dim} if i % 2 == 0 else {0: batch, 2: slots_dim}) for i in range(len(cache)))
-    dynamic = ({0: batch, 1: rows}, {0: batch}, None, {0: batch}, {0: batch}, {0: batch}, {0: batch}, past)
+    dynamic = ({0: batch, 1: rows}, {0: batch}, {0: verified}, {0: batch, 1: verified}, {0: batch, 1: verified},
+               {0: batch}, {0: batch}, {0: batch}, {0: batch, 1: verified}, {0: batch, 1: verified}, past)
     return export_graph(CodePredictorPass(predictor), args, path, inputs, outputs, dynamic)
+
+
+def export_draft(predictor: nn.Module, path: Path) -> dict:
+    """The draft graph: batch B and drafted groups D dynamic."""
+    cfg = predictor.cfg
+    b, d = 2, 3
+    heads = predictor_tables(predictor)["cp_heads"][:d]
+    args = (torch.randn(b, cfg.predictor.hidden), heads, torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long),
+            torch.ones(b), torch.rand(b, d, cfg.codebook_size))
+    batch = torch.export.Dim("B", min=1, max=1024)
+    drafted = torch.export.Dim("D", min=1, max=MAX_WINDOW - 1)
+    dynamic = ({0: batch}, {0: drafted}, {0: batch}, {0: batch}, {0: batch}, {0: batch, 1: drafted})
+    return export_graph(CodePredictorDraft(), args, path, ["hidden", "heads", *SAMPLING_INPUTS],
+                        ["drafts", "draft_probs"], dynamic)

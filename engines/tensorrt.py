@@ -23,6 +23,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from edged.backends.plan_file import write_plan
+from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 
 ANY = "*"
 Profile = dict[str, dict[int, str]]
@@ -34,12 +35,16 @@ PROFILES: dict[str, list[Profile]] = {
         {"inputs_embeds": {0: "B", 1: "1"}, "past_keys_*": {0: "B", 3: "S"}, "past_values_*": {0: "B", 2: "S"},
          "slots": {0: "L"}, ANY: {0: "B"}},  # generation: one row per member over the first L cache slots
     ],
-    "code_predictor": [{"inputs_embeds": {0: "B", 1: "R"}, "past_keys_*": {0: "B", 3: "G"},
-                        "past_values_*": {0: "B", 2: "G"}, ANY: {0: "B"}}],  # a pass: 1 or 2 rows per member
+    "code_predictor": [{"inputs_embeds": {0: "B", 1: "R"}, "heads": {0: "V"}, "drafts": {0: "B", 1: "V"},
+                        "draft_probs": {0: "B", 1: "V"}, "accept_noise": {0: "B", 1: "V"}, "noise": {0: "B", 1: "V"},
+                        "past_keys_*": {0: "B", 3: "G"}, "past_values_*": {0: "B", 2: "G"},
+                        ANY: {0: "B"}}],  # a pass: R new rows per member, the last V of them verified
+    "code_predictor_draft": [{"heads": {0: "D"}, "noise": {0: "B", 1: "D"}, ANY: {0: "B"}}],
     "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
 }
 """graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
-(max_seq), L slots a decode attends (64..max_seq), R code-predictor pass rows (1..2), G
+(max_seq), L slots a decode attends (64..max_seq), R code-predictor pass rows (1..8: 2 in a frame's
+first pass, 1 + drafts after it), V rows a pass verifies (1 + drafts), D drafted groups (1..7), G
 code-predictor cache slots (code groups), F vocoder frames, 1 exactly one."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
@@ -54,7 +59,8 @@ def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_fra
     b, s, g = limits["max_batch"], limits["max_seq"], code_groups
     window = max(chunk_frames, first_chunk_frames)
     return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "L": (min(64, s), min(64, s), s),
-            "R": (1, 1, 2), "G": (g, g, g),
+            "R": (1, 1, max(2, min(MAX_WINDOW, g - 1))), "V": (1, 1, max(1, min(MAX_WINDOW, g - 1))),
+            "D": (1, 1, max(1, min(MAX_WINDOW - 1, g - 2))), "G": (g, g, g),
             "F": (1, chunk_frames, window), "1": (1, 1, 1)}
 
 

@@ -67,9 +67,8 @@ def weight(model: onnx.ModelProto, name: str) -> np.ndarray:
 
 
 def head_output(model: onnx.ModelProto) -> str:
-    """The code-predictor pass's head logits: the product that reads the gathered `heads`."""
-    gathered = {n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] == "heads"}
-    return next(n.output[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in gathered)
+    """The code-predictor pass's head logits: the product that reads the bound `heads`."""
+    return next(n.output[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] == "heads")
 
 
 class Model:
@@ -82,7 +81,7 @@ class Model:
         self.talker = session(artifact.file("talker"), threads, level)
         cp = onnx.load(str(artifact.file("code_predictor")))
         cp.graph.output.append(onnx.ValueInfoProto(name=head_output(cp)))
-        self.codec_table = artifact.tables()["codec_embedding"]
+        self.tables = artifact.tables()
         path = tmp / f"cp-{id(self)}.onnx"
         onnx.save_model(cp, str(path))
         self.cp = session(path, threads, level)
@@ -140,11 +139,11 @@ class Model:
         logits = []
 
         def run(feeds):
-            code, embedding, *rest = self.cp.run(None, feeds)
-            logits.append(rest[-1].reshape(-1, vc)[0])
-            return (code, embedding, *rest[:-1])
+            *outputs, head_logits = self.cp.run(None, feeds)
+            logits.append(head_logits.reshape(-1, vc)[0])
+            return outputs
 
-        codes, codec_sum = predict_frame(run, hidden[None].astype(np.float32), np.array([code0]), self.codec_table, g,
+        codes, codec_sum = predict_frame(run, hidden[None].astype(np.float32), np.array([code0]), self.tables, g,
                                          cache, sampling, noise)
         return codes[0], codec_sum[0], np.stack(logits)
 

@@ -10,8 +10,9 @@
    (a quantized weight's INT8/INT4 values and its scales), the tables a stage gathers one row of
    (not counted: a row is nothing), Qwen3-Omni's stacked experts k of E per row, and the KV cache
    rows the decode's attention span reads at `--position` (the decode plan bound for it). The
-   talker decodes once per frame; the code predictor runs G-1 passes (its stacked heads: one head
-   a pass); the vocoder runs once per window of `--chunk-frames` frames.
+   talker decodes once per frame; the code predictor runs G-1 passes, each reading its layers and
+   one head (`cp_heads`, bound by view), unless speculative verify makes it fewer passes that read
+   more heads (callers pass the counts); the vocoder runs once per window of `--chunk-frames` frames.
 3. Time: each stage's bound plan alone (the talker's batch-1 decode, one frame of code-predictor
    passes, one vocoder window), median of `--repeats` runs after a warm-up.
 
@@ -110,7 +111,10 @@ def router_share(path: Path) -> float:
     return min(ks) / experts
 
 
-def stage_bytes(a: Artifact, position: int, chunk_frames: int) -> dict[str, float]:
+def stage_bytes(a: Artifact, position: int, chunk_frames: int, passes: float | None = None,
+                heads: float | None = None) -> dict[str, float]:
+    """Bytes each stage reads per frame; the code predictor's `passes` and `heads` read per frame
+    default to the autoregressive G-1 each (speculative verify: passes + verified rows + drafts)."""
     d = a.dims
     talker, experts = weight_bytes(a.file("talker"))
     if experts:  # Qwen3-Omni: a decode row reads k of E experts
@@ -119,24 +123,27 @@ def stage_bytes(a: Artifact, position: int, chunk_frames: int) -> dict[str, floa
 
     span = next(b for b in buckets(a.max_seq) if b >= position)
     kv = 2 * d.layers * d.kv_heads * d.head_dim * span * 4
-    cp, heads = weight_bytes(a.file("code_predictor"))
-    passes = d.code_groups - 1
+    cp, _ = weight_bytes(a.file("code_predictor"))
+    head = a.tables()["cp_heads"][0].nbytes
+    passes = d.code_groups - 1 if passes is None else passes
+    heads = d.code_groups - 1 if heads is None else heads
     vocoder, _ = weight_bytes(a.file("vocoder"))
-    return {"talker decode": talker + kv, "code predictor": passes * (cp + heads / passes),
-            "vocoder": vocoder / chunk_frames}
+    return {"talker decode": talker + kv, "code predictor": passes * cp + heads * head, "vocoder": vocoder / chunk_frames}
 
 
-def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, position: int = 64) -> dict[str, float]:
+def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, position: int = 64,
+                window: int = 0) -> dict[str, float]:
     synth = Synthesizer(a, make_backend("onnxruntime", threads=threads), chunk_frames=chunk_frames,
                         first_chunk_frames=chunk_frames)
     voice = next(iter(a.speakers), None)
     synth.synthesize([SpeechRequest("w", "Warm up the plans.", voice=voice, sampling=Sampling.greedy(),
                                     max_frames=2 * chunk_frames)])
     talker, vocoder = synth.core.talker, synth.core.vocoder
-    window = vocoder.plans[chunk_frames] if chunk_frames in vocoder.plans else next(iter(vocoder.plans.values()))
+    talker.stepping[:1] = True  # row 0 steps: its accepted drafts count
+    chunk = vocoder.plans[chunk_frames] if chunk_frames in vocoder.plans else next(iter(vocoder.plans.values()))
     return {"talker decode": median(talker.decode_plan(1, position).run, repeats),
-            "code predictor": median(lambda: talker.predict(1), repeats),
-            "vocoder": median(window.run, repeats) / chunk_frames}
+            "code predictor": median(lambda: talker.predict(1, window), repeats),
+            "vocoder": median(chunk.run, repeats) / chunk_frames}
 
 
 def main(argv: list[str] | None = None) -> int:

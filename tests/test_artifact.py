@@ -98,21 +98,34 @@ def test_unknown_family_and_format(copy):
         load_artifact(copy)
 
 
+def test_an_artifact_from_before_the_draft_graph_is_refused_naming_the_fix(copy):
+    def drop(m):
+        del m["files"]["code_predictor_draft"], m["tensors"]["code_predictor_draft"]
+
+    _edit(copy, drop)
+    with pytest.raises(ArtifactError, match=r"no code_predictor_draft graph: .* export the checkpoint again"):
+        load_artifact(copy)
+
+
 def test_special_id_out_of_range(copy):
     _edit(copy, lambda m: m["special"].update(codec_eos=5000))
     with pytest.raises(ArtifactError, match=r"special\.codec_eos=5000 is outside the talker vocab"):
         load_artifact(copy)
 
 
-def test_mismatched_hidden_names_the_tensor(copy, backend):
-    _edit(copy, lambda m: m["dims"].update(hidden=m["dims"]["hidden"] * 2))
-    with pytest.raises(ArtifactError, match=r"embeddings\.safetensors: tensor 'text_projected' has shape"):
+@pytest.mark.parametrize("key,factor,message", [
+    ("hidden", 2, r"embeddings\.safetensors: tensor 'text_projected' has shape"),
+    ("code_groups", 2, r"embeddings\.safetensors: tensor 'cp_heads' has shape \(3, 64, 2048\), artifact\.json dims "
+                       r"imply \(7, any, 2048\)"),
+])
+def test_mismatched_dims_name_the_table(copy, backend, key, factor, message):
+    _edit(copy, lambda m: m["dims"].update({key: m["dims"][key] * factor}))
+    with pytest.raises(ArtifactError, match=message):
         _boot(copy, backend)
 
 
 @pytest.mark.parametrize("key,delta,message", [
     ("kv_heads", 1, r"talker\.onnx: tensor past_keys_0 has shape"),
-    ("code_groups", 2, r"vocoder\.onnx: tensor codes has shape"),
     ("layers", 1, r"talker\.onnx: has no tensor past_keys_2"),
 ])
 def test_mismatched_dims_name_graph_and_tensor(copy, backend, key, delta, message):

@@ -45,12 +45,26 @@ def test_greedy_is_deterministic_and_seed_reproducible(tmp_path: Path):
     assert runs["g1"] == runs["g2"] and runs["s1"] == runs["s2"]
 
 
+def test_speculative_verify_keeps_greedy_frames_and_reports_its_drafts(tmp_path: Path):
+    runs = {}
+    for window in ("0", "4"):
+        out = tmp_path / f"w{window}.json"
+        done = edged("synth", "--text", "Speculate on the residual groups.", "--out", str(tmp_path / "x.wav"),
+                     "--codes", str(out), "--max-frames", "10", "--greedy", "--cp-spec-verify", window)
+        assert done.returncode == 0, done.stderr
+        talker = json.loads(done.stdout)["stages"][0]
+        runs[window] = json.loads(out.read_text())["frames"], talker["cp_drafted"]
+    assert runs["0"][0] == runs["4"][0]
+    assert runs["0"][1] == 0 and runs["4"][1] == 10  # G = 4: per frame, one pass checks group 2's draft (group 3 after)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--text", "hi", "--speaker", "nobody"], "unknown voice 'nobody'"),
     (["--text", "hi", "--language", "klingon"], "unknown language 'klingon'"),
     (["--text", "   "], "text is empty"),
     (["--text", "word " * 600], "text too long: the prefill needs"),
     (["--text", "hi", "--max-frames", "0"], "max_frames must be >= 1"),
+    (["--text", "hi", "--cp-spec-verify", "1"], "sampling.cp_spec_verify_size must be 0 (off) or an integer in 2..8"),
     (["--text", "hi", "--user-text", "hello?"], "context: this model (layout tts) takes no conversation context"),
     (["--text", "hi", "--artifact", "/nonexistent/artifact"], "no artifact.json"),
 ])

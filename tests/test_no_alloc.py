@@ -15,6 +15,9 @@ tracemalloc tracebacks). The per-frame peak still counts it.
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
+
+import pytest
 
 from edged.artifact import load_artifact
 from edged.core import Core
@@ -57,7 +60,9 @@ def traced(frame, warm_up: int = 20) -> tuple[int, int]:
         tracemalloc.stop()
 
 
-def test_step_path_does_not_allocate(builtin_artifact, backend):
+@pytest.mark.parametrize("window", [0, 4])
+def test_step_path_does_not_allocate(builtin_artifact, backend, window):
+    """With and without the code predictor's speculative verify."""
     core = Core(load_artifact(builtin_artifact), backend)
     core.preallocate()
     requests = [
@@ -66,7 +71,9 @@ def test_step_path_does_not_allocate(builtin_artifact, backend):
         SpeechRequest("stream", "The dual track feeds one token per frame.", dual_track=True, sampling=Sampling(seed=2)),
         SpeechRequest("plain", "No voice and no language.", sampling=Sampling.greedy()),
     ]
+    requests = [replace(r, sampling=replace(r.sampling, cp_spec_verify_size=window)) for r in requests]
     members = [core.prepare(r, slot) for slot, r in enumerate(requests)]
+    assert all(m.window == window for m in members)
     paused = members[:1] + members[2:]  # every few frames slot 1 sits out, inside the batch
 
     def frame() -> None:

@@ -50,6 +50,10 @@ def test_sampled_codes_are_codes(synth):
     ({"seed": -3}, "sampling.seed must be a non-negative integer"),
     ({"temperature": "hot"}, "sampling.temperature must be a number"),
     ({"beam": 4}, "unknown sampling key"),
+    ({"cp_spec_verify_size": 1}, r"sampling.cp_spec_verify_size must be 0 \(off\) or an integer in 2..8, got 1"),
+    ({"cp_spec_verify_size": 9}, r"sampling.cp_spec_verify_size must be 0 \(off\) or an integer in 2..8, got 9"),
+    ({"cp_spec_verify_size": 2.5}, r"sampling.cp_spec_verify_size must be 0 \(off\) or an integer in 2..8"),
+    ({"cp_spec_verify_size": "4"}, "sampling.cp_spec_verify_size must be a number"),
 ])
 def test_bad_sampling_is_named(overrides, message):
     with pytest.raises(SamplingError, match=message):

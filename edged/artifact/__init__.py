@@ -41,9 +41,10 @@ class Artifact(Manifest):
         for key, shape in expected.items():
             if key not in tables:
                 raise ArtifactError(f"{path.name}: missing tensor {key!r}")
-            if tables[key].shape != shape:
+            if len(tables[key].shape) != len(shape) or any(w not in (None, n) for w, n in zip(shape, tables[key].shape)):
+                implied = "(" + ", ".join("any" if n is None else str(n) for n in shape) + ")"
                 raise ArtifactError(
-                    f"{path.name}: tensor {key!r} has shape {tables[key].shape}, artifact.json dims imply {shape}")
+                    f"{path.name}: tensor {key!r} has shape {tables[key].shape}, artifact.json dims imply {implied}")
         return {k: np.ascontiguousarray(tables[k], dtype=np.float32) for k in expected}
 
 

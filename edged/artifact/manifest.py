@@ -192,7 +192,8 @@ class Manifest:
             special={k: _int(special_raw, k, "special") for k in special_raw}, speakers=speakers,
             languages=languages, sample_rate=_positive(audio, "sample_rate", "audio"),
             samples_per_frame=samples_per_frame,
-            sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS if k != "seed"},
+            sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS
+                      if k not in ("seed", "cp_spec_verify_size")},  # the model's generation defaults
             graphs=graphs, files=files, layout=layout, lead_samples=lead, weights=weights, weight_block=block,
         )
 

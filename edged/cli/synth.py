@@ -29,6 +29,9 @@ def add_parser(commands) -> None:
     p.add_argument("--instruct", default=None, help="style instruction")
     p.add_argument("--greedy", action="store_true", help="argmax everywhere, repetition penalty 1.0")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--cp-spec-verify", type=int, default=0, metavar="W",
+                   help="code-predictor speculative verify window: 0 = off, 2..8 (frames are unchanged when greedy, "
+                        "the distribution when sampling)")
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
     p.add_argument("--dual-track", "--streaming-text", dest="dual_track", action="store_true",
                    help="the dual-track layout: one text token per frame beside the codec track")
@@ -41,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         artifact = load_artifact(args.artifact)
         sampling = Sampling.greedy() if args.greedy else Sampling.defaults(artifact.sampling)
-        sampling = sampling.with_overrides({"seed": args.seed} if args.seed is not None else None)
+        overrides = {"cp_spec_verify_size": args.cp_spec_verify} | ({"seed": args.seed} if args.seed is not None else {})
+        sampling = sampling.with_overrides(overrides)
         request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
                                 instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
                                 max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text))

@@ -14,7 +14,7 @@ from edged.talker.text import Streamed, TextStream
 if TYPE_CHECKING:
     from edged.artifact import Artifact
 
-TALKER_GRAPHS = ("talker", "code_predictor", "vocoder")
+TALKER_GRAPHS = ("talker", "code_predictor", "code_predictor_draft", "vocoder")
 """The graphs every talker family exports (contracts in docs/artifact.md)."""
 
 
@@ -69,6 +69,10 @@ class Family(ABC):
             raise ArtifactError("artifact.json: this artifact has separate talker_prefill/talker_decode graphs; "
                                 "the runtime takes one talker graph now: export the checkpoint again "
                                 "(edged-engines export)")
+        if "code_predictor" in m.graphs and "code_predictor_draft" not in m.graphs:
+            raise ArtifactError("artifact.json: no code_predictor_draft graph: this artifact's code predictor "
+                                "holds its heads inside one graph per group (an older contract): export the "
+                                "checkpoint again (edged-engines export)")
         for role in self.graphs:
             if role not in m.graphs:
                 raise ArtifactError(f"artifact.json: missing key 'tensors.{role}' (with inputs and outputs lists)")
@@ -85,9 +89,17 @@ class Family(ABC):
             raise ArtifactError("artifact.json: missing key 'tensors.vocoder.state' (the streaming vocoder's state list)")
 
     @abstractmethod
-    def table_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
-        """The host tables (embeddings.safetensors) this family reads, with their shapes."""
+    def table_shapes(self, dims: Dims) -> dict[str, tuple[int | None, ...]]:
+        """The host tables (embeddings.safetensors) this family reads, with their shapes (None: any
+        size)."""
 
     @abstractmethod
     def talking(self, artifact: Artifact) -> Talking:
         """The prompt layout and special ids, for the talker stage."""
+
+
+def predictor_table_shapes(dims: Dims) -> dict[str, tuple[int | None, ...]]:
+    """The code predictor's host tables, in every family: its heads [G-1, Hc, Vc] (Hc is the
+    predictor's own width) and its residual codec embeddings [G-1, Vc, H]."""
+    g, vc = dims.code_groups - 1, dims.codebook_size
+    return {"cp_heads": (g, None, vc), "cp_codec_embedding": (g, vc, dims.hidden)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edged.artifact.manifest import ArtifactError, Dims, Manifest
-from edged.families.base import Family, Talking
+from edged.families.base import Family, Talking, predictor_table_shapes
 from edged.talker.layouts.tts import TEXT, TtsLayout
 from edged.talker.prompt import Lookup
 from edged.talker.text import TextEncoder
@@ -37,9 +37,10 @@ class Qwen3TTS(Family):
                 if not 0 <= m.special[k] < size:
                     raise ArtifactError(f"artifact.json: special.{k}={m.special[k]} is outside the {what} ({size})")
 
-    def table_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+    def table_shapes(self, dims: Dims) -> dict[str, tuple[int | None, ...]]:
         # text_projected = text_projection(text_embedding(x)) for every text token, computed at export
-        return {TEXT: (dims.text_vocab, dims.hidden), "codec_embedding": (dims.vocab, dims.hidden)}
+        return {TEXT: (dims.text_vocab, dims.hidden), "codec_embedding": (dims.vocab, dims.hidden),
+                **predictor_table_shapes(dims)}
 
     def layout(self, artifact) -> TtsLayout:
         return self.layout_class(artifact, TextEncoder(artifact.file("tokenizer")))

@@ -1,8 +1,9 @@
 """The talker stage: prefill per request, then one codec frame per member per step.
 
 Per step, for the members that step: the code predictor turns each pending code 0 (and the talker
-hidden that produced it) into groups 1..G-1, one pass per group over its own small KV cache
-(`predict`), the frame is published on the codec port, and the talker decodes one step from the
+hidden that produced it) into groups 1..G-1 over its own small KV cache (`predict`: one pass per
+group, or with a speculative verify window fewer: each pass checks drafts for the next groups that
+the later groups' heads propose), the frame is published on the codec port, and the talker decodes one step from the
 frame's codec-embedding sum plus the next text-track row, sampling the next code 0. Sampling runs
 inside the graphs; only codes cross to the host. Every buffer is claimed in `preallocate()`, each
 with the dtype its graph declares; the step path runs bound plans and copies rows. The KV cache and
@@ -22,6 +23,7 @@ buffers of its own, whose results are copied into the slot's rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -31,6 +33,7 @@ from edged.artifact import Artifact
 from edged.backends import Backend, Plan
 from edged.core.port import CodecPort
 from edged.families import Talking
+from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from edged.request import SamplingError, SpeechRequest
 from edged.talker.prompt import Prompt, PromptError
 from edged.talker.text import Streamed, TextStream
@@ -65,6 +68,12 @@ class Member:
     text_tokens: int = 0
     text_truncated: bool = False
     """Text was left out: the track holds only what the KV room lets the member read."""
+    window: int = 0
+    """The code predictor's speculative verify window (0: one pass per group)."""
+    passes: int = 0
+    """Code-predictor passes run for this member, the drafts they checked, and how many were accepted."""
+    drafted: int = 0
+    accepted: int = 0
     prefill_ms: float = 0.0
     step_ms: float = 0.0
     first_frame_at: float | None = None
@@ -92,12 +101,13 @@ class TalkerStage:
         self.layout = talking.layout
         self.eos = talking.eos
         self.eos_blocked_decisions = talking.eos_blocked_decisions
-        self.tables = tables
+        self.tables = dict(tables)  # the stage takes cp_heads out into its bound buffer
         self.pad_row = tables[talking.pad.table][talking.pad.ids[0]]
         self.text_table = tables[talking.text_table]
         self.text_end = tables[talking.text_end.table][talking.text_end.ids[0]]
         self.engine = backend.load(artifact.file("talker"))
         self.cp_engine = backend.load(artifact.file("code_predictor"))
+        self.draft_engine = backend.load(artifact.file("code_predictor_draft"))
         self.codec_table = tables["codec_embedding"]
         self.claimed: dict[str, int] = {}
 
@@ -131,20 +141,10 @@ class TalkerStage:
         self.hidden = e((b, h), dec("hidden"))
         self.code0 = e((b,), dec("code0"))
         self.cp_temperature, self.cp_top_k, self.cp_top_p = e((b,), cp("temperature")), e((b,), cp("top_k")), e((b,), cp("top_p"))
-        self.cp_noise = np.zeros((b, g - 1, d.codebook_size), cp("noise"))  # per member; a pass reads its group's
-        self.cp_pass_noise = e((b, d.codebook_size), cp("noise"))
-        self.cp_rows = {t: e((b, t, h), cp("inputs_embeds")) for t in (1, 2)}  # a frame's first pass has 2 rows
-        self.cp_positions, self.cp_group = e((b,), cp("positions")), e((1,), cp("group"))
-        self.cp_code, self.cp_embedding = e((b,), cp("code")), e((b, h), cp("embedding"))
-        layers = sum(name.startswith("past_keys_") for name in self.cp_engine.inputs)
-        kv_heads, head_dim = (int(x or 0) for x in self.cp_engine.inputs["past_keys_0"].shape[1:3])
-        self.cp_keys = [dev((b, kv_heads, head_dim, g), cp(f"past_keys_{i}")) for i in range(layers)]
-        self.cp_values = [dev((b, kv_heads, g, head_dim), cp(f"past_values_{i}")) for i in range(layers)]
-        self.cp_new = {t: ([dev((b, kv_heads, head_dim, t), cp(f"new_keys_{i}")) for i in range(layers)],
-                           [dev((b, kv_heads, t, head_dim), cp(f"new_values_{i}")) for i in range(layers)])
-                       for t in (1, 2)}
-        self.codes = np.zeros((b, g - 1), self.cp_code.dtype)
-        self.codec_sum = np.zeros((b, h), self.cp_embedding.dtype)
+        self._claim_predictor(b, g, h, d.codebook_size)
+        self.codes = np.zeros((b, g - 1), self.cp_codes[1].dtype)
+        self.codec_sum = np.zeros((b, h), self.cp_table.dtype)
+        self.cp_row = np.zeros((b, h), self.cp_table.dtype)  # one group's embeddings, on their way into the sum
         self.held_hidden, self.held_code0 = np.zeros_like(self.hidden), np.zeros_like(self.code0)
         self.prefill_io = {name: e((1, *self.decode_buffers[name].shape[1:]), pre(name))
                            for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
@@ -153,7 +153,8 @@ class TalkerStage:
         self.slots = e((s,), dec("slots"))  # only its bound length is read: the cache slots a plan attends
         self.buckets = buckets(s)
         self.decode_plans = [{length: self._decode_plan(n, length) for length in self.buckets} for n in range(1, b + 1)]
-        self.cp_plans = {t: [self._cp_plan(n, t) for n in range(1, b + 1)] for t in (1, 2)}
+        self.verify_plans = [self._verify_plans(n) for n in range(1, b + 1)]
+        self.draft_plans = [self._draft_plans(n) for n in range(1, b + 1)]
         kv = sum(x.nbytes for x in (*self.keys, *self.values, *self.cp_keys, *self.cp_values))
         scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
                                          self.no_keys, self.no_values,
@@ -161,11 +162,11 @@ class TalkerStage:
         io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
-                                    self.cp_noise, self.cp_pass_noise, *self.cp_rows.values(), self.cp_positions,
-                                    self.cp_group, self.cp_code, self.cp_embedding, self.codes, self.codec_sum,
+                                    *self._predictor_io(), self.codes, self.codec_sum, self.cp_row,
                                     self.held_hidden, self.held_code0, *self.prefill_io.values()))
         text = self.prefill_rows.nbytes + self.prefill_position.nbytes + self.track.nbytes
-        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io}
+        self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io,
+                        "predictor_heads": self.cp_heads.nbytes}
         return self.claimed
 
     @property
@@ -191,17 +192,80 @@ class TalkerStage:
         plans = self.decode_plans[n - 1]
         return plans[next((b for b in self.buckets if b >= length), self.buckets[-1])]
 
-    def _cp_plan(self, n: int, t: int) -> Plan:
-        """A code-predictor pass of members 0..n-1 with t new rows each (2: a frame's first pass)."""
+    def _claim_predictor(self, b: int, g: int, h: int, vc: int) -> None:
+        """The code predictor's buffers: per pass size (T new rows, V verified rows: 1..MAX_WINDOW) its
+        inputs and outputs, its G-slot cache, the draft graph's, and the stacked heads the plans bind
+        by view (loaded here, once; the residual embeddings stay a host table)."""
+        cp, dr = self.cp_engine.dtype, self.draft_engine.dtype
+        e, dev = self.backend.empty, self.backend.device_empty
+        heads = self.tables.pop("cp_heads")  # [G-1, Hc, Vc]: held once, in the bound buffer
+        self.cp_heads = e(heads.shape, cp("heads"))
+        np.copyto(self.cp_heads, heads)
+        self.cp_table = self.tables["cp_codec_embedding"]  # [G-1, Vc, H]
+        hc, sizes = heads.shape[1], range(1, MAX_WINDOW + 1)
+        self.cp_rows = {t: e((b, t, h), cp("inputs_embeds")) for t in sizes}
+        self.cp_positions = e((b,), cp("positions"))
+        self.cp_drafts = {v: e((b, v), cp("drafts")) for v in sizes}
+        self.cp_draft_probs = {v: dev((b, v, vc), cp("draft_probs")) for v in sizes}  # the last column stays 0
+        self.cp_accept_noise = {v: e((b, v), cp("accept_noise")) for v in sizes}
+        self.cp_noise = {v: e((b, v, vc), cp("noise")) for v in sizes}
+        self.cp_codes = {v: e((b, v), cp("codes")) for v in sizes}
+        self.cp_accepted = {v: e((b,), cp("accepted")) for v in sizes}
+        self.cp_hidden = {v: dev((b, v, hc), cp("hidden")) for v in sizes}
+        layers = sum(name.startswith("past_keys_") for name in self.cp_engine.inputs)
+        kv_heads, head_dim = (int(x or 0) for x in self.cp_engine.inputs["past_keys_0"].shape[1:3])
+        self.cp_keys = [dev((b, kv_heads, head_dim, g), cp(f"past_keys_{i}")) for i in range(layers)]
+        self.cp_values = [dev((b, kv_heads, g, head_dim), cp(f"past_values_{i}")) for i in range(layers)]
+        self.cp_new = {t: ([dev((b, kv_heads, head_dim, t), cp(f"new_keys_{i}")) for i in range(layers)],
+                           [dev((b, kv_heads, t, head_dim), cp(f"new_values_{i}")) for i in range(layers)])
+                       for t in sizes}
+        self.draft_hidden = dev((b, hc), dr("hidden"))
+        self.draft_noise = {k: e((b, k, vc), dr("noise")) for k in sizes[:-1]}
+        self.drafts = {k: e((b, k), dr("drafts")) for k in sizes[:-1]}
+        self.draft_probs = {k: dev((b, k, vc), dr("draft_probs")) for k in sizes[:-1]}
+
+    def _predictor_io(self) -> list[np.ndarray]:
+        return [self.cp_positions, self.draft_hidden,
+                *(x for buffers in (self.cp_rows, self.cp_drafts, self.cp_draft_probs, self.cp_accept_noise,
+                                    self.cp_noise, self.cp_codes, self.cp_accepted, self.cp_hidden, self.draft_noise,
+                                    self.drafts, self.draft_probs) for x in buffers.values())]
+
+    def _verify_plans(self, n: int) -> dict[tuple[int, int], Plan]:
+        """Every code-predictor pass of members 0..n-1, by (first head, new rows): a frame's first pass
+        ([hidden, E(code 0)], head 0, no drafts), then passes of 1 + D rows from head h (D drafts,
+        D <= MAX_WINDOW - 1 and h + D <= G - 2)."""
+        last = self.artifact.dims.code_groups - 2
+        shapes = [(0, 2, 1)] + [(h, 1 + k, 1 + k) for h in range(1, last + 1) for k in range(min(MAX_WINDOW, last - h + 1))]
+        return {(h, t): self._verify_plan(n, h, t, v) for h, t, v in shapes}
+
+    def _verify_plan(self, n: int, head: int, t: int, v: int) -> Plan:
         rows = slice(0, n)
-        binds = {"inputs_embeds": self.cp_rows[t][rows], "positions": self.cp_positions[rows], "group": self.cp_group,
-                 "temperature": self.cp_temperature[rows], "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows],
-                 "noise": self.cp_pass_noise[rows], "code": self.cp_code[rows], "embedding": self.cp_embedding[rows]}
+        binds = {"inputs_embeds": self.cp_rows[t][rows], "positions": self.cp_positions[rows],
+                 "heads": self.cp_heads[head:head + v], "drafts": self.cp_drafts[v][rows],
+                 "draft_probs": self.cp_draft_probs[v][rows], "temperature": self.cp_temperature[rows],
+                 "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows], "accept_noise": self.cp_accept_noise[v][rows],
+                 "noise": self.cp_noise[v][rows], "codes": self.cp_codes[v][rows], "accepted": self.cp_accepted[v][rows],
+                 "hidden": self.cp_hidden[v][rows]}
         new_keys, new_values = self.cp_new[t]
         for i in range(len(self.cp_keys)):
             binds |= {f"past_keys_{i}": self.cp_keys[i][rows], f"past_values_{i}": self.cp_values[i][rows],
                       f"new_keys_{i}": new_keys[i][rows], f"new_values_{i}": new_values[i][rows]}
         return self.cp_engine.plan(binds)
+
+    @property
+    def predictor_plans(self) -> list[Plan]:
+        """Every bound code-predictor plan: the passes, then the drafts."""
+        return [p for plans in (*self.verify_plans, *self.draft_plans) for p in plans.values()]
+
+    def _draft_plans(self, n: int) -> dict[tuple[int, int], Plan]:
+        """The draft graph for members 0..n-1, by (first drafted head h, drafts D): heads h..h+D-1."""
+        last = self.artifact.dims.code_groups - 2
+        rows = slice(0, n)
+        return {(h, k): self.draft_engine.plan({
+                    "hidden": self.draft_hidden[rows], "heads": self.cp_heads[h:h + k],
+                    "temperature": self.cp_temperature[rows], "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows],
+                    "noise": self.draft_noise[k][rows], "drafts": self.drafts[k][rows], "draft_probs": self.draft_probs[k][rows]})
+                for h in range(1, last + 1) for k in range(1, min(MAX_WINDOW - 1, last - h) + 1)}
 
     # ---------------------------------------------------------------------------------- requests
 
@@ -241,7 +305,8 @@ class TalkerStage:
         prompt = self.plan(request, streamed)
         sampling = request.sampling.validated()
         room = self.artifact.max_seq - prompt.prefill_len + 1
-        m = Member(request, prompt, slot, min(request.max_frames or room, room), np.random.default_rng(sampling.seed))
+        m = Member(request, prompt, slot, min(request.max_frames or room, room), np.random.default_rng(sampling.seed),
+                   window=sampling.cp_spec_verify_size)
         capacity = room - 1  # track rows the member can read before its KV room is used up
         prompt.write(self.tables, self.prefill_rows, self.track[slot, :capacity])
         m.track_len, m.text_truncated = min(prompt.track_len, capacity), prompt.track_len > capacity
@@ -315,9 +380,7 @@ class TalkerStage:
         t0 = time.perf_counter()
         n = max(m.slot for m in members) + 1
         self._hold(members, n)
-        for m in members:
-            self._fill_cp_noise(m)
-        self.predict(n)  # groups 1..G-1 for every pending code 0
+        self.predict(n, min(m.window for m in members), members)  # groups 1..G-1 for every pending code 0
         talking = [m for m in members if self._publish(m)]
         for m in talking:
             self._feed(m)
@@ -332,38 +395,87 @@ class TalkerStage:
         for m in members:
             m.step_ms += elapsed
 
-    def predict(self, n: int) -> None:
-        """Groups 1..G-1 of rows 0..n-1: G-1 code-predictor passes, [hidden, E(code 0)] at position 0
-        with group 0, then each group's embedding at position g + 1 with group g; the frame's codec
-        sum is E(code 0) plus every group's embedding, added in order."""
+    def predict(self, n: int, window: int = 0, members: Sequence[Member] = ()) -> None:
+        """Groups 1..G-1 of rows 0..n-1 (`members` step; the other rows ride along, unused). The first
+        pass reads [hidden, E(code 0)] at position 0 and draws group 1 with head 0. Each later pass
+        reads the last drawn group's embedding and, with a window W, the embeddings of D = W - 1
+        drafts for the next groups (the draft graph applies their heads to the hidden that drew the
+        last group); it checks every draft by the speculative rule. The members go in lockstep: a pass
+        commits the drafts that every stepping member accepted, then one more group (each member's
+        own draw there), so all rows share their positions. A cohort step uses the smallest window
+        any stepping member asked for. `members` fill their noise (sampling) and count drafts. The
+        frame's codec sum is E(code 0) plus every group's embedding, in order."""
+        last = self.artifact.dims.code_groups - 2  # the last head
         first = self.cp_rows[2]
         first[:n, 0] = self.hidden[:n]
         np.take(self.codec_table, self.code0[:n], axis=0, out=first[:n, 1])
         self.codec_sum[:n] = first[:n, 1]
-        for g in range(self.artifact.dims.code_groups - 1):
-            t = 2 if g == 0 else 1
-            if t == 1:
-                self.cp_rows[1][:n, 0] = self.cp_embedding[:n]
-            position = 0 if g == 0 else g + 1
+        self.cp_positions[:n] = 0
+        self._fill_cp_noise(members, 1)
+        self.verify_plans[n - 1][0, 2].run()
+        head, position, t, verified = 0, 0, 2, 1
+        while True:
+            k = self._agreed(n, verified)
+            self._commit_groups(members, n, head, k, verified)
+            self._commit_cp(n, position, t - verified + 1 + k, t)
+            position, head = position + t - verified + 1 + k, head + k + 1
+            if head > last:
+                return
+            drafts = min(max(window - 1, 0), last - head)
+            self._draft(members, n, head, drafts, verified, k)
+            np.take(self.cp_table[head - 1], self.cp_codes[verified][:n, k], axis=0, out=self.cp_rows[1 + drafts][:n, 0])
+            for j in range(drafts):
+                np.take(self.cp_table[head + j], self.drafts[drafts][:n, j], axis=0, out=self.cp_rows[1 + drafts][:n, 1 + j])
+            t = verified = 1 + drafts
             self.cp_positions[:n] = position
-            self.cp_group[0] = g
-            self.cp_pass_noise[:n] = self.cp_noise[:n, g]
-            self.cp_plans[t][n - 1].run()
-            self._commit_cp(n, position, t)
-            self.codes[:n, g] = self.cp_code[:n]
-            self.codec_sum[:n] += self.cp_embedding[:n]
+            self._fill_cp_noise(members, verified)
+            self.verify_plans[n - 1][head, t].run()
 
-    def _commit_cp(self, n: int, position: int, t: int) -> None:
-        """The pass's new K/V rows into the predictor's cache at `position` (on the device, in order):
-        every member's rows share the position, so one 2-D copy per layer and side moves them all."""
+    def _agreed(self, n: int, verified: int) -> int:
+        """The drafts every stepping row of the last pass accepted (its verified rows - 1 at most)."""
+        k, accepted = verified - 1, self.cp_accepted[verified]
+        for row in range(n):
+            if self.stepping[row] and accepted[row] < k:
+                k = int(accepted[row])
+        return k
+
+    def _commit_groups(self, members: Sequence[Member], n: int, head: int, k: int, verified: int) -> None:
+        """The last pass's first k + 1 codes are groups head + 1 .. head + k + 1 of the frame."""
+        codes = self.cp_codes[verified]
+        for i in range(k + 1):
+            self.codes[:n, head + i] = codes[:n, i]
+            np.take(self.cp_table[head + i], codes[:n, i], axis=0, out=self.cp_row[:n])
+            self.codec_sum[:n] += self.cp_row[:n]
+        for m in members:
+            m.passes += 1
+            m.drafted += verified - 1
+            m.accepted += k
+
+    def _draft(self, members: Sequence[Member], n: int, head: int, drafts: int, verified: int, k: int) -> None:
+        """Drafts for heads head..head+drafts-1 from the hidden that drew the last committed group (the
+        last pass's verified row k), into the next pass's drafts and draft_probs."""
+        if drafts == 0:
+            return
+        self.backend.copy(self.draft_hidden[:n], self.cp_hidden[verified][:n, k])
+        for m in members:
+            if self.cp_temperature[m.slot] > 0:
+                m.rng.random(dtype=np.float32, out=self.draft_noise[drafts][m.slot])
+        self.draft_plans[n - 1][head, drafts].run()
+        self.cp_drafts[drafts + 1][:n, :drafts] = self.drafts[drafts][:n]
+        self.backend.copy(self.cp_draft_probs[drafts + 1][:n, :drafts], self.draft_probs[drafts][:n])
+
+    def _commit_cp(self, n: int, position: int, t: int, rows: int) -> None:
+        """The first t of a pass's `rows` new K/V rows into the predictor's cache at `position` (on the
+        device, in order): every member's rows share the position, so one 2-D copy per layer and side
+        moves them all."""
         copy = self.backend.copy
-        new_keys, new_values = self.cp_new[t]
+        new_keys, new_values = self.cp_new[rows]
         for keys, values, new_k, new_v in zip(self.cp_keys, self.cp_values, new_keys, new_values):
             heads, dim = values.shape[1], values.shape[3]
             copy(keys.reshape(-1, keys.shape[3])[: n * heads * dim, position:position + t],
-                 new_k.reshape(-1, t)[: n * heads * dim])
+                 new_k.reshape(-1, rows)[: n * heads * dim, :t])
             copy(values.reshape(-1, values.shape[2] * dim)[: n * heads, position * dim:(position + t) * dim],
-                 new_v.reshape(-1, t * dim)[: n * heads])
+                 new_v.reshape(-1, rows * dim)[: n * heads, : t * dim])
 
     def _hold(self, members: list[Member], n: int) -> None:
         """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that
@@ -421,9 +533,13 @@ class TalkerStage:
         if self.temperature[m.slot] > 0:
             m.rng.random(dtype=np.float32, out=self.noise[m.slot])
 
-    def _fill_cp_noise(self, m: Member) -> None:
-        if self.cp_temperature[m.slot] > 0:
-            m.rng.random(dtype=np.float32, out=self.cp_noise[m.slot])
+    def _fill_cp_noise(self, members: Sequence[Member], verified: int) -> None:
+        """A pass's noise for every sampling member: the acceptance draws and the Gumbel noise of each
+        verified row."""
+        for m in members:
+            if self.cp_temperature[m.slot] > 0:
+                m.rng.random(dtype=np.float32, out=self.cp_accept_noise[verified][m.slot])
+                m.rng.random(dtype=np.float32, out=self.cp_noise[verified][m.slot])
 
     # ---------------------------------------------------------------------------------- lifecycle
 
@@ -442,4 +558,5 @@ class TalkerStage:
             "stage": "talker", "frames": m.frames, "stopped": m.outcome.value,
             "prefill_rows": m.prompt.prefill_len, "text_tokens": m.text_tokens,
             "max_frames": m.max_frames, "prefill_ms": round(m.prefill_ms, 3), "step_ms": round(m.step_ms, 3),
+            "cp_passes": m.passes, "cp_drafted": m.drafted, "cp_accepted": m.accepted,
         }

@@ -24,9 +24,10 @@ from engines.qwen3_omni.codec import load_omni_codec
 from engines.qwen3_omni.model import Qwen3OmniConfig, load_qwen3_omni
 from engines.qwen3_tts.artifact import graph_specs, host_tables
 from engines.qwen3_tts.codec_export import export_codec
-from engines.talker import export_predictor, export_talker
+from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
 
-FILES = {"talker": "talker.onnx", "code_predictor": "code_predictor.onnx", "vocoder": "vocoder.onnx",
+FILES = {"talker": "talker.onnx", "code_predictor": "code_predictor.onnx",
+         "code_predictor_draft": "code_predictor_draft.onnx", "vocoder": "vocoder.onnx",
          "embeddings": "embeddings.safetensors", "tokenizer": "tokenizer.json"}
 SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
             "cp_temperature": 1.0, "cp_top_k": 50, "cp_top_p": 0.8}
@@ -47,10 +48,12 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
         tensors = {
             "talker": export_talker(talker, out / FILES["talker"], max_seq),
             "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
+            "code_predictor_draft": export_draft(predictor, out / FILES["code_predictor_draft"]),
             "vocoder": export_codec(codec, out / FILES["vocoder"]),
         }
         hidden_projection = {k: v.contiguous() for k, v in tables.items() if k.startswith("hidden_projection.")}
-        save_file({**host_tables(tables), **hidden_projection}, str(out / FILES["embeddings"]))
+        save_file({**host_tables(tables), **predictor_tables(predictor), **hidden_projection},
+                  str(out / FILES["embeddings"]))
     shutil.copyfile(checkpoint / "tokenizer.json", out / FILES["tokenizer"])
     manifest = _manifest(cfg, tensors, max_batch, max_seq, codec_config.samples_per_frame, codec_config.lead_samples)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")

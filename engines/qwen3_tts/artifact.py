@@ -14,11 +14,12 @@ from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
 from engines.qwen3_tts.model import Qwen3TTSConfig, load_qwen3_tts
-from engines.talker import export_predictor, export_talker
+from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
 
 FILES = {
     "talker": "talker.onnx",
     "code_predictor": "code_predictor.onnx",
+    "code_predictor_draft": "code_predictor_draft.onnx",
     "vocoder": "vocoder.onnx",
     "embeddings": "embeddings.safetensors",
     "tokenizer": "tokenizer.json",
@@ -37,9 +38,10 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
         tensors = {
             "talker": export_talker(talker, out / FILES["talker"], max_seq),
             "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
+            "code_predictor_draft": export_draft(predictor, out / FILES["code_predictor_draft"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
-        save_file(host_tables(tables), str(out / FILES["embeddings"]))
+        save_file({**host_tables(tables), **predictor_tables(predictor)}, str(out / FILES["embeddings"]))
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
     manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")

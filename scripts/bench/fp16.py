@@ -57,7 +57,7 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
     a32, a16 = load_artifact(fp32_dir), load_artifact(fp16_dir)
     core = Core(a32, backend)
     core.preallocate()
-    t = core.talker
+    t, tables = core.talker, a32.tables()
     e16 = {role: backend.load(a16.file(role)) for role in a16.graphs}
     w = head_weight(a32)
 
@@ -89,7 +89,7 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
             decode16.run()
             diff = d_out["hidden"][0] - t.hidden[0]
             hidden_d, logit_d = max(hidden_d, np.abs(diff).max()), max(logit_d, np.abs(diff @ w.T).max())
-        (codes32, sum32), (codes16, sum16) = (predictor_frame(s, a32, hidden, code0, t.codec_table) for s in sessions)
+        (codes32, sum32), (codes16, sum16) = (predictor_frame(s, a32, hidden, code0, tables) for s in sessions)
         codes_same += int(np.sum(codes32 == codes16))
         codes_all += codes32.size
         sum_d = max(sum_d, np.abs(sum32 - sum16).max())
@@ -102,7 +102,7 @@ def per_graph(fp32_dir: Path, fp16_dir: Path, frames: int) -> dict[str, str]:
             "vocoder": f"PCM SNR {snr(*pcm):.1f} dB"}
 
 
-def predictor_frame(session, a, hidden: np.ndarray, code0: np.ndarray, table: np.ndarray):
+def predictor_frame(session, a, hidden: np.ndarray, code0: np.ndarray, tables: dict[str, np.ndarray]):
     """One greedy frame of a code-predictor graph, pass by pass (engines.talker.predict_frame)."""
     from engines.talker import predict_frame, predictor_cache
 
@@ -110,7 +110,7 @@ def predictor_frame(session, a, hidden: np.ndarray, code0: np.ndarray, table: np
     cache = predictor_cache(session.get_inputs(), 1, g)
     sampling = {"temperature": np.zeros(1, np.float32), "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32)}
     noise = np.full((1, g - 1, a.dims.codebook_size), 0.5, np.float32)
-    return predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling, noise)
+    return predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, tables, g, cache, sampling, noise)
 
 
 def vocode(backend, artifact, engine, frames: np.ndarray) -> np.ndarray:

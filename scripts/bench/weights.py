@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""fp32 vs 8- and 4-bit weights at the real Qwen3-TTS-12Hz-0.6B dimensions, side by side in one run.
+"""fp32 vs 8- and 4-bit weights, each without and with the code predictor's speculative verify, at the
+real Qwen3-TTS-12Hz-0.6B dimensions, side by side in one run.
 
-    python scripts/bench/weights.py [--threads 2] [--frames 16] [--work DIR]
+    python scripts/bench/weights.py [--threads 2] [--frames 16] [--window 4] [--work DIR]
 
-The real-dims random checkpoint and its fp32 artifact are the ones scripts/bench/synth.py caches
-in `--work`; the int8 and int4 artifacts are made from the fp32 one (`engines.quantize`) and cached
-beside it. Each artifact is measured in a fresh process (so resident memory is its own): boot a
-`Synthesizer`, warm up, then the median of `--repeats` greedy runs of `--frames` frames (RTF), each
-stage's ms per frame (scripts/roofline.py: the talker's decode, one frame of code-predictor passes,
-one vocoder window) and the process's resident memory. Printed with the artifact's size on disk,
-the bytes each stage reads per frame and its time as a multiple of its roofline (this machine's
-bandwidth, measured once in the parent).
+Two checkpoints of the real dimensions: the random one scripts/bench/synth.py caches in `--work`
+(its later heads' drafts are almost never right: speculation's cost at acceptance 0), and its
+`engines.agreeable` twin (same shapes and bytes; greedy, every draft is right: speculation at
+acceptance 1). Their fp32 artifacts are exported, the int8 and int4 ones quantized from them
+(`engines.quantize`), all cached beside each other. Each artifact and window is measured in a fresh
+process (so resident memory is its own): boot a `Synthesizer`, warm up, then the median of
+`--repeats` greedy runs of `--frames` frames (RTF, the code predictor's passes and accepted drafts),
+each stage's ms per frame (scripts/roofline.py: the talker's decode, one frame of code-predictor
+passes, one vocoder window) and the process's resident memory. Printed with the artifact's size on
+disk, the bytes each stage reads per frame and its time as a multiple of its roofline (this
+machine's bandwidth, measured once in the parent).
 """
 
 from __future__ import annotations
@@ -31,21 +35,24 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import machine, prepare_case, requests
-from roofline import bandwidth, stage_bytes, stage_times
+from common import cached, machine, prepare_case, requests, unloadable
+from roofline import BITS, bandwidth, stage_bytes, stage_times
 
 WEIGHTS = ("fp32", "int8", "int4")
 
 
-def measure(artifact: Path, threads: int, frames: int, repeats: int) -> dict:
-    """In this process: RTF, stage ms per frame, resident memory."""
+def measure(artifact: Path, threads: int, frames: int, repeats: int, window: int) -> dict:
+    """In this process: RTF, stage ms per frame, resident memory, the code predictor's passes, drafts
+    and accepted drafts per frame."""
+    from dataclasses import replace
+
     from edged.artifact import load_artifact
     from edged.backends import make_backend
     from edged.synth import Synthesizer
 
     a = load_artifact(artifact)
     synth = Synthesizer(a, make_backend("onnxruntime", threads=threads))
-    reqs = requests(1, frames, a.family)
+    reqs = [replace(r, sampling=replace(r.sampling, cp_spec_verify_size=window)) for r in requests(1, frames, a.family)]
     synth.synthesize(reqs)
     walls = []
     for _ in range(repeats):
@@ -54,10 +61,46 @@ def measure(artifact: Path, threads: int, frames: int, repeats: int) -> dict:
         walls.append(time.perf_counter() - t0)
     rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     del synth
-    stages = stage_times(a, threads, repeats, 4)
+    stages = stage_times(a, threads, repeats, 4, window=window)
     walls.sort()
-    audio_s = result.frames.shape[0] * a.frame_ms / 1e3
-    return {"rtf": walls[len(walls) // 2] / audio_s, "stages": {k: v * 1e3 for k, v in stages.items()}, "rss": rss}
+    n = result.frames.shape[0]
+    talker = result.report["stages"][0]
+    return {"rtf": walls[len(walls) // 2] / (n * a.frame_ms / 1e3), "stages": {k: v * 1e3 for k, v in stages.items()},
+            "rss": rss, "passes": talker["cp_passes"] / n, "drafted": talker["cp_drafted"] / n,
+            "accepted": talker["cp_accepted"] / n}
+
+
+def weight_bytes_held(path: Path) -> int:
+    """The bytes of every weight an artifact holds: its graphs' initializers and its host tables."""
+    import numpy as np
+    import onnx
+
+    total = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    for graph in path.glob("*.onnx"):
+        for init in onnx.load(str(graph), load_external_data=False).graph.initializer:
+            total += int(np.prod(init.dims)) * BITS.get(init.data_type, 32) // 8
+    return total
+
+
+def artifacts(work: Path, frames: int, max_seq: int) -> dict[tuple[str, str], Path]:
+    """(checkpoint, weights) -> its artifact, made or taken from the cache."""
+    from engines.agreeable import make_agreeable
+    from engines.export import export
+    from engines.quantize import quantize_artifact
+
+    case = prepare_case("real", work, frames, max_seq, 0)
+    ckpt, art = case.checkpoint.with_name(case.checkpoint.name + "-agreeable"), case.artifact.name + "-agreeable"
+    print(cached(ckpt, "agreeable checkpoint", lambda out: make_agreeable(case.checkpoint, out)), flush=True)
+    paths = {("random", "fp32"): case.artifact, ("agreeable", "fp32"): case.artifact.with_name(art)}
+    print(cached(paths["agreeable", "fp32"], "agreeable export",
+                 lambda out: export(ckpt, out, max_batch=4, max_seq=max_seq), unloadable), flush=True)
+    for name in ("random", "agreeable"):
+        for w in WEIGHTS[1:]:
+            src = paths[name, "fp32"]
+            paths[name, w] = src.with_name(f"{src.name}-{w}")
+            print(cached(paths[name, w], f"{name} {w}", lambda out, src=src, w=w: quantize_artifact(src, out, w), unloadable),
+                  flush=True)
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,42 +108,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--frames", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--window", type=int, default=4, help="the speculative verify window of the verify rows")
     p.add_argument("--max-seq", type=int, default=256)
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     p.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child's job
     args = p.parse_args(argv)
     if args.measure:
-        print(json.dumps(measure(args.measure, args.threads, args.frames, args.repeats)))
+        print(json.dumps(measure(args.measure, args.threads, args.frames, args.repeats, args.window)))
         return 0
     from edged.artifact import load_artifact
-    from engines.quantize import quantize_artifact
 
-    header = machine()
-    print("\n".join(header), flush=True)
-    case = prepare_case("real", args.work, args.frames, args.max_seq, 0)
-    paths = {"fp32": case.artifact}
-    for w in WEIGHTS[1:]:
-        paths[w] = case.artifact.with_name(f"{case.artifact.name}-{w}")
-        if not (paths[w] / "artifact.json").is_file():
-            quantize_artifact(case.artifact, paths[w], w)
+    print("\n".join(machine()), flush=True)
+    paths = artifacts(args.work, args.frames, args.max_seq)
     gemv, _ = bandwidth(args.threads)
     print(f"bandwidth: {gemv:.1f} GB/s (ONNX Runtime streaming fp32 weights, {args.threads} threads)\n", flush=True)
-    print("| weights | artifact GiB | resident GiB | RTF | talker ms (x roofline) | code predictor ms (x roofline) "
-          "| vocoder ms (x roofline) | MB read / frame |")
-    print("|---|---|---|---|---|---|---|---|")
-    for w in WEIGHTS:
-        out = subprocess.run([sys.executable, __file__, "--measure", str(paths[w]), "--threads", str(args.threads),
-                              "--frames", str(args.frames), "--repeats", str(args.repeats)],
-                             check=True, capture_output=True, text=True).stdout
-        m = json.loads(out.strip().splitlines()[-1])
-        nbytes = stage_bytes(load_artifact(paths[w]), 64, 4)
-        size = sum(f.stat().st_size for f in paths[w].iterdir() if f.is_file())
-        cells = [f"{m['stages'][s]:.1f} ({m['stages'][s] / 1e3 / (nbytes[s] / (gemv * 1e9)):.2f})"
-                 for s in ("talker decode", "code predictor", "vocoder")]
-        print(f"| {w} | {size / 2**30:.2f} | {m['rss'] / 2**30:.2f} | {m['rtf']:.3f} | " + " | ".join(cells)
-              + f" | {sum(nbytes.values()) / 1e6:.0f} |", flush=True)
+    print("| checkpoint | weights | verify | weights held GiB | artifact GiB | resident GiB | RTF | talker ms (x roofline) "
+          "| code predictor ms (x roofline) | vocoder ms (x roofline) | MB read / frame | passes / frame "
+          "| drafts accepted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (name, w), path in paths.items():
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        held = weight_bytes_held(path)
+        for window in (0, args.window):
+            out = subprocess.run([sys.executable, __file__, "--measure", str(path), "--threads", str(args.threads),
+                                  "--frames", str(args.frames), "--repeats", str(args.repeats), "--window", str(window)],
+                                 check=True, capture_output=True, text=True).stdout
+            m = json.loads(out.strip().splitlines()[-1])
+            nbytes = stage_bytes(load_artifact(path), 64, 4, m["passes"], m["passes"] + 2 * m["drafted"])
+            cells = [f"{m['stages'][s]:.1f} ({m['stages'][s] / 1e3 / (nbytes[s] / (gemv * 1e9)):.2f})"
+                     for s in ("talker decode", "code predictor", "vocoder")]
+            accepted = f"{m['accepted'] / m['drafted']:.2f}" if m["drafted"] else "-"
+            gib = " | ".join(f"{x / 2**30:.2f}" for x in (held, size, m["rss"]))
+            tail = f"{sum(nbytes.values()) / 1e6:.0f} | {m['passes']:.1f} | {accepted}"
+            print(f"| {name} | {w} | {window or 'off'} | {gib} | {m['rtf']:.3f} | " + " | ".join(cells) + f" | {tail} |",
+                  flush=True)
     print(f"\nbatch 1, greedy, {args.frames} frames; stage times are each stage's plans alone (talker decode at "
-          f"KV position 64 bytes, code predictor = its G-1 passes, vocoder = a 4-frame window / 4)")
+          f"KV position 64, code predictor = one frame of passes, vocoder = a 4-frame window / 4)")
     return 0
 
 

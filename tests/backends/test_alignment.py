@@ -19,7 +19,7 @@ def all_plans(core: Core) -> list:
     t, v = core.talker, core.vocoder
     prefills = [t._prefill_plan(n) for n in (1, 7, 33, core.artifact.max_seq - 1)]
     decodes = [p for plans in t.decode_plans for p in plans.values()]
-    return [*decodes, *(p for plans in t.cp_plans.values() for p in plans), *prefills, *v.plans.values()]
+    return [*decodes, *t.predictor_plans, *prefills, *v.plans.values()]
 
 
 def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, backend):
@@ -29,7 +29,7 @@ def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, ba
         core.prepare(SpeechRequest(f"r{slot}", "Aligned everywhere.", sampling=Sampling(seed=slot)), slot)
     plans = all_plans(core)
     assert len(plans) > 2 * core.artifact.max_batch
-    engines = [core.talker.engine, core.talker.cp_engine, core.vocoder.engine]
+    engines = [core.talker.engine, core.talker.cp_engine, core.talker.draft_engine, core.vocoder.engine]
     names = {frozenset([*e.inputs, *e.outputs]) for e in engines}
     for plan in plans:
         assert frozenset(plan.bindings) in names
@@ -39,7 +39,7 @@ def test_every_bound_view_is_aligned_and_every_tensor_bound(builtin_artifact, ba
 
 def test_a_misaligned_view_is_refused_at_bind_time_naming_the_tensor(builtin_artifact, backend):
     talker = Synthesizer(load_artifact(builtin_artifact), backend).core.talker
-    bufs = dict(talker.cp_plans[1][0].bindings)
+    bufs = dict(talker.verify_plans[0][1, 1].bindings)
     talker.cp_engine.plan(bufs)
     with pytest.raises(EngineError, match=r"code_predictor\.onnx: buffer for positions starts at an address that is "
                                           r"not a multiple of 256 bytes"):

@@ -24,19 +24,23 @@ def predictor(artifact, backend):
 
 
 def _predictor_buffers(artifact, backend, n: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A frame's first code-predictor pass for n members: two rows each at position 0, group 0, over a
-    cache of one slot per code group."""
+    """A frame's first code-predictor pass for n members: two rows each at position 0, head 0, no
+    drafts, over a cache of one slot per code group."""
     d = artifact.dims
     rng = np.random.default_rng(seed)
     e = backend.empty
     engine = backend.load(artifact.file("code_predictor"))
     kv_heads, head_dim = engine.inputs["past_keys_0"].shape[1:3]
-    g = d.code_groups
+    g, vc = d.code_groups, d.codebook_size
+    heads = artifact.tables()["cp_heads"][:1]
     bufs = {
-        "inputs_embeds": e((n, 2, d.hidden), np.float32), "positions": e((n,), np.int64), "group": e((1,), np.int64),
+        "inputs_embeds": e((n, 2, d.hidden), np.float32), "positions": e((n,), np.int64),
+        "heads": e(heads.shape, np.float32), "drafts": e((n, 1), np.int64), "draft_probs": e((n, 1, vc), np.float32),
         "temperature": e((n,), np.float32), "top_k": e((n,), np.int64), "top_p": e((n,), np.float32),
-        "noise": e((n, d.codebook_size), np.float32), "code": e((n,), np.int64), "embedding": e((n, d.hidden), np.float32),
+        "accept_noise": e((n, 1), np.float32), "noise": e((n, 1, vc), np.float32), "codes": e((n, 1), np.int64),
+        "accepted": e((n,), np.int64), "hidden": e((n, 1, heads.shape[1]), np.float32),
     }
+    bufs["heads"][:] = heads
     for i in range(sum(name.startswith("past_keys_") for name in engine.inputs)):
         bufs[f"past_keys_{i}"] = e((n, kv_heads, head_dim, g), np.float32)
         bufs[f"past_values_{i}"] = e((n, kv_heads, g, head_dim), np.float32)
@@ -59,13 +63,13 @@ def test_tensor_names_follow_the_manifest(artifact, backend):
 
 def test_outputs_land_in_the_bound_buffers_and_are_deterministic(artifact, backend, predictor):
     bufs = _predictor_buffers(artifact, backend, 2)
-    codes, embedding = bufs["code"], bufs["embedding"]
+    codes, hidden = bufs["codes"], bufs["hidden"]
     plan = predictor.plan(bufs)
     plan.run()
-    first = codes.copy(), embedding.copy()
-    assert bufs["code"] is codes and codes.max() > 0 and np.abs(embedding).sum() > 0
+    first = codes.copy(), hidden.copy()
+    assert bufs["codes"] is codes and codes.max() > 0 and np.abs(hidden).sum() > 0
     plan.run()
-    assert np.array_equal(codes, first[0]) and np.array_equal(embedding, first[1])
+    assert np.array_equal(codes, first[0]) and np.array_equal(hidden, first[1])
 
 
 def test_batch_rows_are_independent(artifact, backend, predictor):
@@ -75,25 +79,26 @@ def test_batch_rows_are_independent(artifact, backend, predictor):
         one = {k: backend.empty((1, *v.shape[1:]), v.dtype) for k, v in both.items()}
         for k in ("inputs_embeds", "positions", "temperature", "top_k", "top_p", "noise"):
             one[k][0] = both[k][row]
-        one["group"][...] = both["group"]
+        one["heads"] = both["heads"]
         predictor.plan(one).run()
-        assert np.array_equal(one["code"][0], both["code"][row])
-        assert np.allclose(one["embedding"][0], both["embedding"][row], atol=1e-5)
+        assert np.array_equal(one["codes"][0], both["codes"][row])
+        assert np.allclose(one["hidden"][0], both["hidden"][row], atol=1e-5)
 
 
 def test_plan_checks_every_binding(artifact, backend, predictor):
     bufs = _predictor_buffers(artifact, backend, 2)
-    with pytest.raises(EngineError, match=r"code_predictor\.onnx: bindings missing \['embedding'\]"):
-        predictor.plan({k: v for k, v in bufs.items() if k != "embedding"})
+    with pytest.raises(EngineError, match=r"code_predictor\.onnx: bindings missing \['hidden'\]"):
+        predictor.plan({k: v for k, v in bufs.items() if k != "hidden"})
     with pytest.raises(EngineError, match="unknown \\['bogus'\\]"):
-        predictor.plan({**bufs, "bogus": bufs["embedding"]})
+        predictor.plan({**bufs, "bogus": bufs["hidden"]})
     with pytest.raises(EngineError, match="tensor positions is int64, buffer is int32"):
         predictor.plan({**bufs, "positions": bufs["positions"].astype(np.int32)})
-    with pytest.raises(EngineError, match="tensor embedding has shape"):
-        predictor.plan({**bufs, "embedding": backend.empty((2, artifact.dims.hidden + 1), np.float32)})
-    with pytest.raises(EngineError, match="buffer for embedding is not contiguous"):
-        wide = backend.empty((2, artifact.dims.hidden * 2), np.float32)
-        predictor.plan({**bufs, "embedding": wide[:, ::2]})
+    width = bufs["hidden"].shape[2]
+    with pytest.raises(EngineError, match="tensor hidden has shape"):
+        predictor.plan({**bufs, "hidden": backend.empty((2, 1, width + 1), np.float32)})
+    with pytest.raises(EngineError, match="buffer for hidden is not contiguous"):
+        wide = backend.empty((2, 1, width * 2), np.float32)
+        predictor.plan({**bufs, "hidden": wide[:, :, ::2]})
 
 
 def test_dynamic_prefill_length(artifact, backend):

@@ -51,13 +51,14 @@ def artifact(trt, builtin_artifact, tmp_path):
     out = tmp_path / "art"
     shutil.copytree(builtin_artifact, out)
     plans = build_plans(out, chunk_frames=4, first_chunk_frames=1)
-    assert sorted(p.name for p in plans) == ["code_predictor.plan", "talker.plan", "vocoder.plan"]
+    assert sorted(p.name for p in plans) == ["code_predictor.plan", "code_predictor_draft.plan", "talker.plan",
+                                             "vocoder.plan"]
     return out
 
 
 def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, backend):
-    requests = [SpeechRequest(r.id, r.text, r.voice, r.language, sampling=Sampling(seed=i), dual_track=r.dual_track,
-                              max_frames=r.max_frames) for i, r in enumerate(REQUESTS)]
+    requests = [SpeechRequest(r.id, r.text, r.voice, r.language, sampling=Sampling(seed=i, cp_spec_verify_size=2),
+                              dual_track=r.dual_track, max_frames=r.max_frames) for i, r in enumerate(REQUESTS)]
     want = Synthesizer(load_artifact(artifact), backend).synthesize(requests)
     trt_backend = trt.TrtBackend()
     assert fake_trt.stack_depth() == 1
@@ -69,8 +70,9 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
     for w, g in zip(want, got):
         assert np.array_equal(w.frames, g.frames), w.id
         assert np.abs(w.pcm - g.pcm).max() <= 1e-5, w.id  # the double runs ONNX Runtime with its own threads
-    # every engine ran through the TensorRT API; the talker on both its profiles (prefills, decode steps)
-    assert len(executions) == 3 and min(map(min, executions)) >= len(REQUESTS), executions
+    # every engine ran through the TensorRT API (the draft graph: speculative verify is on); the talker on
+    # both its profiles (prefills, decode steps)
+    assert len(executions) == 4 and min(map(min, executions)) >= len(REQUESTS), executions
 
 
 def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
@@ -130,7 +132,7 @@ def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
         with pytest.raises(EngineError, match=rf"talker\.onnx: no optimization profile of the plan admits "
                                               rf"inputs_embeds \[1, {t}, {d.hidden}\], positions \[1\]"):
             talker.engine.plan(binds, repeated=False)
-        plan = synth.core.talker.cp_plans[1][0]
+        plan = synth.core.talker.verify_plans[0][1, 1]
         plan._addresses = [(n, addr + 16) if n == "inputs_embeds" else (n, addr) for n, addr in plan._addresses]
         with pytest.raises(EngineError, match=r"code_predictor\.onnx: TensorRT refused address 0x[0-9a-f]+ for "
                                               r"inputs_embeds "
@@ -152,13 +154,15 @@ def test_state_lives_in_device_memory_and_steps_replay_cuda_graphs(trt, artifact
         device = [*talker.keys, *talker.values, *talker.new_keys, *talker.new_values, *talker.prefill_keys,
                   *talker.prefill_values, *talker.cp_keys, *talker.cp_values,
                   *(x for keys, values in talker.cp_new.values() for x in (*keys, *values)),
+                  *talker.cp_hidden.values(), *talker.cp_draft_probs.values(), *talker.draft_probs.values(),
+                  talker.draft_hidden,
                   *(x for side in vocoder.states for state in side for x in state)]
         assert all(isinstance(trt._allocation(x)[0], ctypes.Array) for x in device)
-        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_code, talker.cp_embedding,
+        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_codes[1], talker.cp_heads,
                 *vocoder.pcm]
         assert not any(isinstance(trt._allocation(x)[0], ctypes.Array) for x in host)
         step_plans = [*(p for plans in talker.decode_plans for p in plans.values()),
-                      *(p for plans in talker.cp_plans.values() for p in plans),
+                      *talker.predictor_plans,
                       *vocoder.plans.values()]
         assert all(p._graph is not None for p in step_plans)
         assert talker._prefill_plan(9)._graph is None
@@ -209,7 +213,7 @@ def test_the_doubles_keep_the_contracts(trt, artifact):
     ctx = engine.create_execution_context()
     assert ctx.set_tensor_address("positions", 256 * 7) and not ctx.set_tensor_address("positions", 256 * 7 + 8)
     assert ctx.set_input_shape("inputs_embeds", (2, 1, 64)) and not ctx.set_input_shape("inputs_embeds", (5, 1, 64))
-    assert not ctx.set_input_shape("inputs_embeds", (2, 1, 65)) and not ctx.set_input_shape("inputs_embeds", (2, 3, 64))
+    assert not ctx.set_input_shape("inputs_embeds", (2, 1, 65)) and not ctx.set_input_shape("inputs_embeds", (2, 4, 64))
     assert "positions" in ctx.infer_shapes()
     assert not ctx.execute_async_v3(0)  # no current context, unset tensors
     assert engine.num_optimization_profiles == 1 and not ctx.set_optimization_profile_async(1, 0)
@@ -262,7 +266,7 @@ def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_arti
     int4 = tmp_path / "int4"
     quantize_artifact(builtin_artifact, int4, "int4")
     typed = {p.stem: json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(int4)}
-    assert typed == {"talker": True, "code_predictor": True, "vocoder": True}
+    assert typed == {"talker": True, "code_predictor": True, "code_predictor_draft": True, "vocoder": True}
     fp32 = tmp_path / "fp32"
     shutil.copytree(builtin_artifact, fp32)
     assert not any(json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(fp32))

@@ -44,7 +44,7 @@ def test_only_the_weights_products_are_fp16(fp16):
             for node in nodes:
                 assert node.op_type in FP16_OPS or (node.op_type == "Cast" and node.attribute[0].i == onnx.TensorProto.FLOAT), \
                     f"{role}: fp16 value {value} reaches {node.op_type}"
-        assert half_inits, role
+        assert half_inits or role == "code_predictor_draft", role  # the draft graph has no weights of its own
         for node in graph.node:  # the heads that make logits, and the embeddings, read fp32 weights
             if node.op_type in ("Gemm", "Gather"):
                 assert not any(i in half_inits for i in node.input), f"{role}: {node.op_type} {node.name}"

@@ -105,7 +105,7 @@ def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from engines.talker import predict_frame, predictor_cache
+    from engines.talker import predict_frame, predictor_cache, predictor_tables
 
     cfg = predictor.cfg
     b, g = 2, cfg.code_groups
@@ -114,8 +114,9 @@ def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
     noise = rng.random((b, g - 1, cfg.codebook_size), dtype=np.float32)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cache = predictor_cache(session.get_inputs(), b, g)
-    table = predictor.codec_embedding.weight.detach().numpy()
-    codes, codec_sum = predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, table, g, cache, sampling,
+    tables = {"codec_embedding": predictor.codec_embedding.weight.detach().numpy(),
+              **{k: v.numpy() for k, v in predictor_tables(predictor).items()}}
+    codes, codec_sum = predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, tables, g, cache, sampling,
                                      noise)
     with torch.no_grad():
         want_codes, want_sum = predictor(*(torch.from_numpy(v) for v in (hidden, code0, *sampling.values(), noise)))

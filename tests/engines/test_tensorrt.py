@@ -41,7 +41,8 @@ def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
 def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, int]:
     """What the runtime binds: the talker's context profile is one request's prefill (1..max_seq rows
     over a one-slot cache), its generation profile 1..max_batch members x 1 row over max_seq slots; a
-    code-predictor pass 1..max_batch members x 1..2 rows over code-groups slots."""
+    code-predictor pass 1..max_batch members x 1..8 rows (up to 8 verified) over code-groups slots; a
+    draft 1..7 groups."""
     batch = (1, 1, a.max_batch)
     if role == "talker":
         cache_axis = 3 if name.startswith("past_keys") else 2 if name.startswith("past_values") else None
@@ -54,14 +55,23 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
         return (1, 1, 1) if (name, axis) == ("inputs_embeds", 1) else batch
     if role == "vocoder" and name == "codes" and axis == 2:  # the window's new frames
         return (1, 4, 6)
-    if role == "code_predictor" and axis > 0:  # a pass's 1 or 2 rows, its cache of one slot per code group
-        return (1, 1, 2) if name == "inputs_embeds" else (a.dims.code_groups,) * 3
+    g = a.dims.code_groups
+    verified, drafted = (1, 1, min(8, g - 1)), (1, 1, max(1, min(7, g - 2)))
+    if role == "code_predictor" and name == "heads":  # the verified rows' heads
+        return verified
+    if role == "code_predictor" and axis > 0:  # a pass's rows (2 in a frame's first), its verified rows, its cache
+        if name == "inputs_embeds":
+            return (1, 1, max(2, min(8, g - 1)))
+        return verified if name in ("drafts", "draft_probs", "accept_noise", "noise") else (g,) * 3
+    if role == "code_predictor_draft" and (name == "heads" or axis > 0):  # the drafted groups
+        return drafted
     assert axis == 0
     return batch
 
 
 def test_the_talker_is_one_engine_with_a_context_and_a_generation_profile():
-    assert len(profiles("talker")) == 2 and len(profiles("code_predictor")) == len(profiles("vocoder")) == 1
+    assert len(profiles("talker")) == 2
+    assert len(profiles("code_predictor")) == len(profiles("code_predictor_draft")) == len(profiles("vocoder")) == 1
 
 
 def test_a_dynamic_axis_without_a_size_is_an_error():

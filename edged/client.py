@@ -11,6 +11,10 @@ Text that arrives while it is spoken (an LLM's tokens): `speak(..., more_text=Tr
 `utterance.feed(piece)` as pieces come and `utterance.end()`; or `client.speak_iter(pieces)`.
 
 One Client is used from one thread (ZeroMQ sockets are not thread-safe); use one Client per thread.
+
+Over tcp:// to a daemon with CURVE (README "Security"), give the daemon's public key and this
+client's certificate: `Client(endpoint, server_key="server.key", certificate="me.key_secret")`, or
+set $EDGED_SERVER_KEY and $EDGED_CLIENT_CERT. `subscribe` opens the event socket the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
 import uuid
 from collections import deque
@@ -30,11 +35,37 @@ import zmq
 
 from edged import protocol
 from edged.protocol import Accepted, Done, Error, HistoryReply, Id, ProtocolError, Rejected, StatusReply
-from edged.server.sockets import connect
+from edged.server.curve import client_options
+from edged.server.sockets import TCP, connect
 
 log = logging.getLogger(__name__)
 
 DTYPES: dict[str, np.dtype] = {"f32le": np.dtype("<f4"), "s16le": np.dtype("<i2")}
+SERVER_KEY_ENV, CERTIFICATE_ENV = "EDGED_SERVER_KEY", "EDGED_CLIENT_CERT"
+
+
+def curve_options(endpoint: str, server_key: str | None, certificate: str | None) -> dict[int, Any]:
+    """The CURVE client options for a tcp:// endpoint: the daemon's public key (Z85 or its .key file)
+    and this client's certificate (its .key_secret file), each defaulting to its environment
+    variable; none when neither is given or the endpoint is not tcp://."""
+    server_key = server_key if server_key is not None else os.environ.get(SERVER_KEY_ENV)
+    certificate = certificate if certificate is not None else os.environ.get(CERTIFICATE_ENV)
+    if not endpoint.startswith(TCP) or not (server_key or certificate):
+        return {}
+    if not (server_key and certificate):
+        raise ValueError(f"CURVE needs both the daemon's public key (server_key, ${SERVER_KEY_ENV}) and this "
+                         f"client's certificate (certificate, ${CERTIFICATE_ENV})")
+    return client_options(server_key, certificate)
+
+
+def subscribe(endpoint: str, topics: Iterable[str] = ("",), *, server_key: str | None = None,
+              certificate: str | None = None, context: zmq.Context | None = None) -> zmq.Socket:
+    """A SUB socket on the daemon's event socket, subscribed to `topics` (prefixes; "" = all)."""
+    socket = connect(context or zmq.Context.instance(), zmq.SUB, endpoint,
+                     options=curve_options(endpoint, server_key, certificate))
+    for topic in topics:
+        socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
+    return socket
 
 
 @dataclass(frozen=True)
@@ -206,11 +237,14 @@ class Client:
     names no id the client is waiting on, from whichever call waits next.
     """
 
-    def __init__(self, endpoint: str, timeout_s: float = 30.0, *, context: zmq.Context | None = None):
+    def __init__(self, endpoint: str, timeout_s: float = 30.0, *, context: zmq.Context | None = None,
+                 server_key: str | None = None, certificate: str | None = None):
+        """server_key, certificate: CURVE over tcp:// (module docstring); ValueError names a bad key file."""
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._socket = connect(context or zmq.Context.instance(), zmq.DEALER, endpoint,
-                               options={zmq.SNDTIMEO: max(1, int(timeout_s * 1000))})
+                               options={zmq.SNDTIMEO: max(1, int(timeout_s * 1000)),
+                                        **curve_options(endpoint, server_key, certificate)})
         self._inbox: dict[Id, deque[tuple[Any, bytes | None]]] = {}
         """Replies per in-flight speak id, in arrival order."""
         self._replies: deque[HistoryReply | StatusReply] = deque()

@@ -58,6 +58,12 @@ def default_endpoint() -> str:
 class DaemonConfig:
     listen: str = ""
     """ZeroMQ endpoint to bind (ipc:// or tcp://). Empty: ipc://<runtime dir>/edged.sock."""
+    curve_secret_key: str = ""
+    """The daemon's CURVE certificate (its .key_secret file): every tcp:// socket is a CURVE server."""
+    curve_authorized_dir: str = ""
+    """Directory of the client certificates (.key files) allowed to connect over tcp://."""
+    insecure_tcp: bool = False
+    """Listen on tcp:// without CURVE (anyone who can reach the port is served); logged at every boot."""
     artifact: str = ""
     """Artifact directory. Empty: the built-in tiny artifact."""
     backend: str = "onnxruntime"
@@ -206,6 +212,27 @@ class Config:
     @property
     def endpoint(self) -> str:
         return self.daemon.listen or default_endpoint()
+
+    @property
+    def tcp_endpoints(self) -> list[str]:
+        return [e for e in (self.endpoint, self.events_endpoint) if e and e.startswith("tcp://")]
+
+    @property
+    def curve(self) -> bool:
+        """Whether the daemon's tcp:// sockets are CURVE servers."""
+        return bool(self.daemon.curve_secret_key and self.daemon.curve_authorized_dir)
+
+    def security_problem(self) -> str | None:
+        """Why this config must not be served as it is (tcp:// without CURVE), or None."""
+        d = self.daemon
+        if bool(d.curve_secret_key) != bool(d.curve_authorized_dir):
+            return "daemon.curve_secret_key and daemon.curve_authorized_dir go together: set both, or neither"
+        if not self.tcp_endpoints or self.curve or d.insecure_tcp:
+            return None
+        return (f"refusing to listen on {' and '.join(self.tcp_endpoints)} without CURVE: anyone who can reach the "
+                f"port could make this device speak and listen to its microphone. Make keys with `edged keys init "
+                f"DIR`, then set daemon.curve_secret_key = \"DIR/server.key_secret\" and daemon.curve_authorized_dir = "
+                f"\"DIR/authorized\" (or set daemon.insecure_tcp = true to serve anyone who can reach it)")
 
     @property
     def history_path(self) -> Path:

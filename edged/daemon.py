@@ -1,8 +1,8 @@
 """The daemon's lifecycle: boot in named steps, serve, drain on SIGTERM, exit 0.
 
-    boot:  config -> artifact -> engines + preallocate (prints what it claimed) -> warm up
-           -> event socket -> speaker (a missing device is retried in the background) -> bind the
-           socket -> READY=1
+    boot:  config -> CURVE (tcp://: the certificate, the authenticator) -> artifact -> engines +
+           preallocate (prints what it claimed) -> warm up -> event socket -> speaker (a missing
+           device is retried in the background) -> bind the socket -> READY=1
     serve: the cohort loop on this (main) thread; the socket on its own thread; WATCHDOG=1 only
            while the loop makes progress
     drain: SIGTERM -> STOPPING=1, stop admitting, let in-flight requests finish until the drain
@@ -18,8 +18,10 @@ import queue
 import signal
 import threading
 import time
+from typing import Any
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from edged.artifact import load_artifact
 from edged.audio.listener import Listener
@@ -35,6 +37,7 @@ from edged.history.store import Store
 from edged.request import Sampling
 from edged.scheduler.commands import Drain, PlaybackEnded
 from edged.scheduler.loop import CohortLoop
+from edged.server.curve import CurveError, load_server_keys, start_authenticator
 from edged.server.events import Events
 from edged.server.replies import ClientReplies
 from edged.server.router import REPLIES, Server
@@ -48,6 +51,7 @@ class Daemon:
         self.config = config
         self.signals = 0
         self.notifier = Notifier()
+        self.authenticator: ThreadAuthenticator | None = None
 
     def run(self) -> int:
         loop, server = self.boot()
@@ -63,6 +67,8 @@ class Daemon:
             if self.speaker is not None:
                 self.speaker.close()
             self.events.close()
+            if self.authenticator is not None:
+                self.authenticator.stop()
             self.watchdog.stop()
             self.backend.close()  # engines and buffers, then (TensorRT) the CUDA context
             log.info("closed the %s backend", self.backend.name)
@@ -74,12 +80,13 @@ class Daemon:
     def boot(self) -> tuple[CohortLoop, Server]:
         cfg = self.config
         t0 = time.monotonic()
+        curve = self._curve()
         artifact = load_artifact(cfg.daemon.artifact or None)
         self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads, cfg.daemon.cuda_graphs)
         core = Core(artifact, self.backend, chunk_frames=cfg.vocoder.chunk_frames,
                     first_chunk_frames=cfg.vocoder.first_chunk_frames)
         self.watchdog = Watchdog(self.notifier)
-        self.events = Events(cfg.events_endpoint)
+        self.events = Events(cfg.events_endpoint, curve=curve)
         self.speaker = self._speaker(artifact)
         self.history, recorder = self._history(artifact)
         claimed = self._preallocate(core, recorder)
@@ -88,7 +95,7 @@ class Daemon:
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
-                        frame_ms=artifact.frame_ms, history=self.history)
+                        frame_ms=artifact.frame_ms, history=self.history, curve=curve)
         clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",
@@ -104,6 +111,24 @@ class Daemon:
         self.notifier.status(f"serving on {cfg.endpoint}: 0/{artifact.max_batch} members, 0 queued")
         self.watchdog.start()
         return loop, server
+
+    def _curve(self) -> dict[int, Any] | None:
+        """The CURVE server options of the tcp:// sockets, with the authenticator started; None when
+        there are no keys (ipc only, or tcp:// with daemon.insecure_tcp, warned about here)."""
+        cfg = self.config
+        problem = cfg.security_problem()
+        if problem:
+            raise ConfigError(problem)
+        if not cfg.curve:
+            for endpoint in cfg.tcp_endpoints:
+                log.warning("daemon.insecure_tcp = true: %s has no CURVE; anyone who can reach it is served", endpoint)
+            return None
+        try:
+            keys = load_server_keys(cfg.daemon.curve_secret_key, cfg.daemon.curve_authorized_dir)
+        except CurveError as exc:
+            raise ConfigError(f"daemon.curve_secret_key / curve_authorized_dir: {exc}") from exc
+        self.authenticator = start_authenticator(zmq.Context.instance(), keys)
+        return keys.options()
 
     def _preallocate(self, core: Core, recorder: Recorder | None) -> dict[str, int]:
         """Claim every buffer; log what each part took."""

@@ -7,7 +7,7 @@ import codecs
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from edged.config import default_endpoint
@@ -27,30 +27,55 @@ def add_parser(commands) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--max-audio-ms", type=int, default=None)
     _endpoint(p)
-    p.set_defaults(run=say)
+    p.set_defaults(run=reached(say))
 
     p = commands.add_parser("cancel", help="cancel a request by id (of this client's requests: ids are per client)")
     p.add_argument("id")
     _endpoint(p)
-    p.set_defaults(run=cancel)
+    p.set_defaults(run=reached(cancel))
 
     p = commands.add_parser("status", help="show the daemon's status")
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
     _endpoint(p)
-    p.set_defaults(run=status)
+    p.set_defaults(run=reached(status))
 
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default=None, help=f"daemon endpoint (default: {default_endpoint()})")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon")
+    p.add_argument("--server-key", default=None,
+                   help="tcp:// with CURVE: the daemon's public key, Z85 or its .key file (default: $EDGED_SERVER_KEY)")
+    p.add_argument("--client-cert", default=None,
+                   help="tcp:// with CURVE: this client's certificate, its .key_secret file (default: $EDGED_CLIENT_CERT)")
+
+
+def reached(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`command`, with a daemon it cannot reach (no answer in --timeout, a key it cannot use, a
+    protocol error) printed as `edged NAME: what` and exit code 1."""
+    def run(args: argparse.Namespace) -> int:
+        from edged.protocol import ProtocolError
+
+        try:
+            return command(args)
+        except (TimeoutError, ValueError, ProtocolError) as exc:
+            print(f"edged {args.command}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    return run
+
+
+def _client(args: argparse.Namespace):
+    from edged.client import Client
+
+    return Client(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
+                  certificate=args.client_cert)
 
 
 def say(args: argparse.Namespace) -> int:
     from edged.audio.wav import write_wav
-    from edged.client import Client, RequestRejected
+    from edged.client import RequestRejected
 
     sampling = {"seed": args.seed} if args.seed is not None else None
-    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+    with _client(args) as client:
         options = dict(voice=args.voice, language=args.language, instruct=args.instruct, play=not args.no_play,
                        stream=args.out is not None, sampling=sampling, max_audio_ms=args.max_audio_ms)
         if args.text == "-":  # standard input, spoken as it comes
@@ -79,17 +104,13 @@ def stdin_pieces() -> Iterator[str]:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    from edged.client import Client
-
-    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+    with _client(args) as client:
         client.cancel(args.id)
     return 0
 
 
 def status(args: argparse.Namespace) -> int:
-    from edged.client import Client
-
-    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+    with _client(args) as client:
         s = client.status()
     if args.json:
         print(json.dumps(s, indent=2))

@@ -28,8 +28,10 @@ TOPICS = ("vad", "barge_in", "playback", "mic", "device")
 
 
 class Events:
-    def __init__(self, endpoint: str | None, context: zmq.Context | None = None) -> None:
-        """endpoint None: events are dropped (the config said "none")."""
+    def __init__(self, endpoint: str | None, context: zmq.Context | None = None,
+                 curve: dict[int, Any] | None = None) -> None:
+        """endpoint None: events are dropped (the config said "none"); curve: the CURVE server options
+        for a tcp:// endpoint."""
         self.endpoint = endpoint
         self._lock = threading.Lock()
         self._socket: zmq.Socket | None = None
@@ -37,7 +39,7 @@ class Events:
         """Events dropped at the high-water mark."""
         if endpoint is None:
             return
-        socket = bind(context or zmq.Context.instance(), zmq.PUB, endpoint, options={zmq.SNDHWM: 2000})
+        socket = bind(context or zmq.Context.instance(), zmq.PUB, endpoint, options={zmq.SNDHWM: 2000}, curve=curve)
         self._socket = socket
 
     def publish(self, topic: str, header: dict[str, Any], pcm: memoryview | bytes | None = None) -> None:

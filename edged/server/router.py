@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import zmq
@@ -35,9 +36,11 @@ def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
 
 class Server:
     def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
-                 frame_ms: float, history: History | None = None):
-        """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames."""
+                 frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None):
+        """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames; curve:
+        the CURVE server options for a tcp:// endpoint (edged/server/curve.py)."""
         self.endpoint = endpoint
+        self.curve = curve
         self.inbox = inbox
         self.frame_ms = frame_ms
         self.history = history
@@ -50,7 +53,7 @@ class Server:
     def start(self) -> None:
         """Bind (errors surface here, at boot) and start the socket thread."""
         self.router = bind(self.context, zmq.ROUTER, self.endpoint, options={
-            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 0})
+            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 0}, curve=self.curve)
         self.replies_in = bind(self.context, zmq.PULL, REPLIES)
         self._push = connect(self.context, zmq.PUSH, REPLIES)  # used by the loop thread only
         self._thread = threading.Thread(target=self._serve, name="edged-zmq", daemon=True)

@@ -289,6 +289,15 @@ def decode_reply(frames: Sequence[bytes]) -> tuple[Reply, bytes | None]:
     return _validate(REPLIES, header, len(frames), None if pcm is None else len(pcm)), pcm
 
 
+def summary(frames: Sequence[Buffer]) -> str:
+    """A message's op and id for a log line, e.g. "audio for 'r1'"."""
+    try:
+        header = _unpack(bytes(frames[0]))
+    except ProtocolError as exc:
+        return f"a message ({exc.reason})"
+    return f"{header.get('op')} for {header['id']!r}" if "id" in header else str(header.get("op"))
+
+
 def _unpack(frame: bytes) -> dict:
     if len(frame) == 0:
         raise ProtocolError("empty header frame (the first frame must be the msgpack header; "

@@ -49,10 +49,19 @@ class PlaybackEnded:
 
 
 @dataclass(frozen=True)
+class ClientLost:
+    """From the socket thread: a message to `client` could not be delivered (`reason`: "client gone"
+    or "client not reading"); its requests end."""
+
+    client: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
 class Drain:
     """Stop admitting; finish what is in flight until `deadline` (monotonic), then cancel the rest."""
 
     deadline: float
 
 
-Command = Submit | MoreText | Cancel | StatusQuery | PlaybackEnded | Drain
+Command = Submit | MoreText | Cancel | StatusQuery | PlaybackEnded | ClientLost | Drain

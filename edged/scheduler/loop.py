@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Hashable
 
 from edged.core import Core
-from edged.scheduler.commands import Cancel, Command, Drain, MoreText, PlaybackEnded, StatusQuery, Submit
+from edged.scheduler.commands import Cancel, ClientLost, Command, Drain, MoreText, PlaybackEnded, StatusQuery, Submit
 from edged.scheduler.outputs import Clients, History, Job, Outputs, Recorder, Speaker
 from edged.scheduler.report import report
 from edged.scheduler.scheduler import COMPLETE, Entry, Scheduler, Status
@@ -169,8 +169,18 @@ class CohortLoop:
             self._playback_ended(command.reply)
         elif isinstance(command, StatusQuery):
             self.clients.status(command.client, status(self))
+        elif isinstance(command, ClientLost):
+            self._client_lost(command)
         elif isinstance(command, Drain):
             self.draining = command
+
+    def _client_lost(self, c: ClientLost) -> None:
+        """A client that is gone or not reading holds no slot: its waiting and running requests end
+        with error (a reply already generated and playing on the speaker plays out)."""
+        for entry in [e for e in self.scheduler.by_key.values() if e.payload.submit.client == c.client]:
+            if entry.status in (Status.WAITING, Status.RUNNING):
+                log.warning("request ended: %s", c.reason, extra={"request_id": str(entry.payload.id)})
+                self._end(entry, "error", c.reason)
 
     def _submit(self, s: Submit) -> None:
         speaker = self.speaker if self.speaker is not None and self.speaker.available else None

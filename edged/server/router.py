@@ -20,13 +20,16 @@ import zmq
 from edged import protocol as wire
 from edged.history.service import Ack, AddTurn, History, Query, Reserve
 from edged.request import Sampling, SpeechRequest
-from edged.scheduler.commands import Cancel, MoreText, StatusQuery, Submit
+from edged.scheduler.commands import Cancel, ClientLost, MoreText, StatusQuery, Submit
 from edged.server.sockets import bind, connect, unbind_path
 
 log = logging.getLogger("edged.server")
 
 REPLIES = "inproc://edged-replies"
 HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times over the limit
+CLIENT_HWM = 128
+"""Messages queued for one client before it counts as not reading (its own receive queue, ZeroMQ's
+RCVHWM, 1000 by default, comes first): with 4-frame audio chunks, 128 are 41 s of audio."""
 
 
 def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
@@ -53,7 +56,8 @@ class Server:
     def start(self) -> None:
         """Bind (errors surface here, at boot) and start the socket thread."""
         self.router = bind(self.context, zmq.ROUTER, self.endpoint, options={
-            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 0}, curve=self.curve)
+            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 1, zmq.SNDHWM: CLIENT_HWM},
+            curve=self.curve)
         self.replies_in = bind(self.context, zmq.PULL, REPLIES)
         self._push = connect(self.context, zmq.PUSH, REPLIES)  # used by the loop thread only
         self._thread = threading.Thread(target=self._serve, name="edged-zmq", daemon=True)
@@ -90,7 +94,7 @@ class Server:
                     if frames == [b""]:  # stop(): every earlier reply is out
                         self._stop.set()
                         break
-                    self.router.send_multipart(frames, copy=False)
+                    self._send(frames)
             if self.router in ready:
                 while True:
                     try:
@@ -99,13 +103,26 @@ class Server:
                         break
                     self._receive(frames[0], frames[1:])
 
+    def _send(self, frames: list) -> None:
+        """One message to one client, never blocking: a client that is gone (mandatory routing) or
+        not reading (its queue at the high-water mark) loses the message, and the loop ends its
+        requests (`done` error "client gone" / "client not reading", sent if it still can be)."""
+        try:
+            self.router.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as exc:
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            reason = "client gone" if exc.errno == zmq.EHOSTUNREACH else "client not reading"
+            log.warning("undeliverable %s: %s", wire.summary(frames[1:]), reason)
+            self.inbox.put(ClientLost(bytes(frames[0]), reason))
+
     def _receive(self, client: bytes, frames: list[bytes]) -> None:
         try:
             message, blob = wire.decode(frames, max_bytes=self.max_bytes)
             command = self._command(client, message, blob)
         except wire.ProtocolError as exc:
             log.warning("bad message: %s", exc.reason, extra={"request_id": str(exc.id) if exc.id is not None else ""})
-            self.router.send_multipart([client, *wire.encode(wire.Error(exc.reason, exc.id))])
+            self._send([client, *wire.encode(wire.Error(exc.reason, exc.id))])
             return
         if command is not None:
             self.inbox.put(command)

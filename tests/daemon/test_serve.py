@@ -105,6 +105,32 @@ def test_newcomer_starts_before_running_members_end(shared_daemon):
     assert long_done.report["frames"] == 200 and short_done.report["frames"] == 5
 
 
+def test_a_flood_of_bad_messages_from_many_clients_is_answered_and_the_daemon_keeps_serving(shared_daemon):
+    """64 clients at once, each sending garbage, a bad speak and a status: every one gets its two
+    errors and its status, and a speak after the flood is served."""
+    ctx = zmq.Context.instance()
+    socks = []
+    try:
+        for _ in range(64):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, 30000)
+            sock.connect(shared_daemon.endpoint)
+            socks.append(sock)
+        for sock in socks:
+            sock.send(b"\xc1garbage")
+            sock.send(msgpack.packb({"op": "speak", "id": "x", "text": "hi", "play": 3}))
+            sock.send(msgpack.packb({"op": "status"}))
+        for sock in socks:
+            ops = [msgpack.unpackb(sock.recv())["op"] for _ in range(3)]
+            assert ops == ["error", "error", "status"], ops
+    finally:
+        for sock in socks:
+            sock.close()
+    with Client(shared_daemon.endpoint) as client:
+        assert client.speak("Still serving.", play=False, max_audio_ms=160).wait().reason == "length"
+
+
 def test_malformed_and_oversized_get_error_and_daemon_keeps_serving(shared_daemon):
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
@@ -120,6 +146,12 @@ def test_malformed_and_oversized_get_error_and_daemon_keeps_serving(shared_daemo
         msgpack.packb({"op": "speak", "id": "x", "text": "hi", "play": "yes"}): "speak.play must be a bool",
         msgpack.packb({"op": "speak", "id": "x", "text": "hi", "voise": "a"}): "unknown field 'voise'",
         msgpack.packb({"op": "speak", "id": "x", "text": "a" * (2 << 20)}): "message too large",
+        msgpack.packb({"op": "speak", "id": "x", "text": "hi", **{f"k{i}": i for i in range(50000)}}): "unknown field",
+        b"\x91" * 5000 + b"\xc0": "nested too deeply",
+        msgpack.packb({"op": "speak", "id": "x"})[:-1] + b"\xa3\xff\xfe\xfd": "not valid msgpack",
+        b"\x83\xa2op\xa5speak\xa2id\xa1x\xa4text\xa3\xff\xfe\xfd": "not valid msgpack",  # text: invalid UTF-8
+        msgpack.packb({"op": "speak", "id": 1.5, "text": "hi"}): "id must be",
+        msgpack.packb({"op": "status", "extra": {"a": [1, 2, {"b": None}]}}): "unknown field 'extra'",
     }
     try:
         for raw, reason in cases.items():

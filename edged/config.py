@@ -169,6 +169,9 @@ class HistoryConfig:
     """asr: the full URL of an OpenAI-compatible transcription endpoint (http or https)."""
     asr_model: str = ""
     """asr: the `model` form field sent to it."""
+    on_corrupt: str = "move"
+    """A history file SQLite finds corrupt at boot: move (aside, as <file>.corrupt-<UTC time>, and
+    start a fresh one) or refuse (serve without history until it is repaired)."""
 
 
 @dataclass(frozen=True)
@@ -319,6 +322,8 @@ def _validate(config, source: str) -> None:
     if isinstance(config, HistoryConfig):
         if config.policy not in ("rate", "asr", "none"):
             raise ConfigError(f"{source}: history.policy must be rate, asr or none, got {config.policy!r}")
+        if config.on_corrupt not in ("move", "refuse"):
+            raise ConfigError(f"{source}: history.on_corrupt must be move or refuse, got {config.on_corrupt!r}")
         if config.policy == "asr" and not (config.asr_url and config.asr_model):
             raise ConfigError(f"{source}: history.policy = \"asr\" needs history.asr_url and history.asr_model")
         for name in ("wait_ms", "timeout_ms", "max_audio_bytes", "max_reply_audio_ms"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -33,7 +34,7 @@ from edged.history.policies import make_policy
 from edged.history.rates import VoiceRates
 from edged.history.recorder import Recorder
 from edged.history.service import History
-from edged.history.store import Store
+from edged.history.store import open_store
 from edged.request import Sampling
 from edged.scheduler.commands import Drain, PlaybackEnded
 from edged.scheduler.loop import CohortLoop
@@ -59,7 +60,8 @@ class Daemon:
         try:
             self.serve(loop)
         finally:
-            self.history.stop()  # its last replies go out before the server's pipe closes
+            if self.history is not None:
+                self.history.stop()  # its last replies go out before the server's pipe closes
             loop.close()
             server.stop()
             if self.listener is not None:
@@ -95,16 +97,19 @@ class Daemon:
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
-                        frame_ms=artifact.frame_ms, history=self.history, curve=curve)
+                        frame_ms=artifact.frame_ms, history=self.history, curve=curve,
+                        no_history=f"history unavailable ({self.history_error}): speak without a session"
+                        if self.history_error else "this daemon keeps no history")
         clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
                           history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000)
-        loop.around.claimed, loop.around.history = claimed, lambda: self.history.snapshot
+        loop.around.claimed, loop.around.history = claimed, self._history_status
         self._devices(loop)
         server.start()
-        self.history.start()
+        if self.history is not None:
+            self.history.start()
         log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
                  artifact.path, artifact.max_batch, time.monotonic() - t0)
         self.notifier.ready()
@@ -178,20 +183,34 @@ class Daemon:
                 last_status = now
         log.warning("second signal: exiting without draining")
 
-    def _history(self, artifact) -> tuple[History, Recorder | None]:
-        """The history thread over its SQLite file, and per-slot recordings when the policy needs audio."""
+    def _history(self, artifact) -> tuple[History | None, Recorder | None]:
+        """The history thread over its SQLite file, and per-slot recordings when the policy needs audio.
+        A history that cannot be opened (unwritable, a corrupt file with on_corrupt "refuse", no space)
+        is no reason not to speak: the daemon serves without it, and says why (log, status, and the
+        `error` a speak with a session gets)."""
         h = self.config.history
-        store = Store(self.config.history_path)
-        rates = VoiceRates(h.default_ms_per_unit, known=store.voice_rates())
-        policy = make_policy(h.policy, rates=rates, guard_ms=h.guard_ms, asr_url=h.asr_url, asr_model=h.asr_model,
-                             asr_timeout_s=h.timeout_ms / 1000)
-        history = History(store, policy, rates, context=zmq.Context.instance(), replies=REPLIES,
-                          max_bytes=h.max_audio_bytes, timeout_s=h.timeout_ms / 1000, wait_s=h.wait_ms / 1000)
+        self.history_error = ""
+        try:
+            store = open_store(self.config.history_path, h.on_corrupt)
+            rates = VoiceRates(h.default_ms_per_unit, known=store.voice_rates())
+            policy = make_policy(h.policy, rates=rates, guard_ms=h.guard_ms, asr_url=h.asr_url,
+                                 asr_model=h.asr_model, asr_timeout_s=h.timeout_ms / 1000)
+            history = History(store, policy, rates, context=zmq.Context.instance(), replies=REPLIES,
+                              max_bytes=h.max_audio_bytes, timeout_s=h.timeout_ms / 1000, wait_s=h.wait_ms / 1000)
+        except (sqlite3.Error, OSError) as exc:
+            self.history_error = f"{self.config.history_path}: {exc}"
+            log.error("history unavailable, serving without it: %s", self.history_error)
+            return None, None
         log.info("history: %s (policy %s)", store.path, h.policy)
         recorder = None
         if policy is not None and policy.requires_audio:
             recorder = Recorder(artifact.max_batch, h.max_reply_audio_ms * artifact.sample_rate // 1000)
         return history, recorder
+
+    def _history_status(self) -> dict[str, Any]:
+        if self.history is None:
+            return {"state": "unavailable", "error": self.history_error, "path": str(self.config.history_path)}
+        return self.history.snapshot
 
     def _speaker(self, artifact) -> Speaker | None:
         """The local speaker, unless the config says device = "none"."""

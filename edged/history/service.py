@@ -15,17 +15,22 @@ evidence, never cut from an earlier cut:
 The cutoff is min(played, generated, the strictest final cursor). Ordinary acks only move `played`
 forward; a final ack (or the local speaker's end) confirms the cursor and may lower it (a stricter
 truncation, which clears a heard prefix until new evidence comes).
+
+A write or read the database refuses (the disk full, the file unwritable) never stops the thread:
+the client it concerns gets an `error` naming what was not saved (with the speak's id where there
+is one), the log says it, and `status` counts it with the last error.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -161,6 +166,9 @@ class History:
         self.waiters: list[_Waiter] = []
         self.snapshot: dict[str, Any] = {}
         """The thread's counters for `status` (rebuilt by the history thread; read anywhere)."""
+        self.errors = 0
+        self.last_error: str | None = None
+        """Writes or reads the database refused, and the last refusal."""
         self._thread = threading.Thread(target=self._run, name="edged-history", daemon=True)
         self._recover()
         self._count()
@@ -234,12 +242,48 @@ class History:
                 log.warning("history: %d calibration(s) of session %s still running at the prompt's deadline",
                             self.calibration.revoke(waiter.session), waiter.session)
             self.waiters.remove(waiter)
-            self._answer(waiter.client, waiter.session)
+            try:
+                self._answer(waiter.client, waiter.session)
+            except sqlite3.Error as exc:
+                self._refused(waiter.client, None, f"session {waiter.session!r} could not be read", exc)
 
     def _reply(self, client: bytes, message: Any) -> None:
         self._push.send_multipart([client, *wire.encode(message)], copy=True)
 
     def _command(self, c: Any) -> None:
+        try:
+            self._dispatch(c)
+        except sqlite3.Error as exc:
+            client, id, what = self._about(c)
+            self._refused(client, id, what, exc)
+
+    def _refused(self, client: bytes | None, id: Any, what: str, exc: sqlite3.Error) -> None:
+        """The database refused: counted, logged, and told to the client it concerns."""
+        self.errors += 1
+        self.last_error = f"{what}: {exc}"
+        log.error("history: %s (%s)", what, exc, extra={"request_id": "" if id is None else str(id)})
+        if client is not None:
+            self._reply(client, wire.Error(f"history: {what} ({exc})", id))
+
+    def _about(self, c: Any) -> tuple[bytes | None, Any, str]:
+        """(client, id, what was not done) of a command the database refused."""
+        if isinstance(c, Reserve):
+            return c.client, c.id, f"the reply {c.id!r} of session {c.session!r} was not saved"
+        if isinstance(c, (Ended, Unreserve)):
+            return c.client, c.id, f"the turn of reply {c.id!r} was not saved"
+        if isinstance(c, Ack):
+            return c.client, c.ack.id, f"the heard text of reply {c.ack.id!r} was not saved"
+        if isinstance(c, AddTurn):
+            return c.client, None, f"the {c.turn.role} turn of session {c.turn.session!r} was not saved"
+        if isinstance(c, Query):
+            return c.client, None, f"session {c.history.session!r} could not be read"
+        if isinstance(c, Finished) and c.key in self.records:
+            record = self.records[c.key]
+            client, _ = cast(tuple, record.key)
+            return client, record.id, f"the heard text of reply {record.id!r} was not saved"
+        return None, None, f"{type(c).__name__} was not saved"
+
+    def _dispatch(self, c: Any) -> None:
         if isinstance(c, Reserve):
             self._reserve(c)
         elif isinstance(c, Unreserve):
@@ -365,7 +409,9 @@ class History:
 
     def _count(self) -> None:
         calibration = self.calibration
-        self.snapshot = {"policy": self.policy.name if self.policy is not None else "none",
+        self.snapshot = {"state": "degraded" if self.errors else "ok", "errors": self.errors,
+                         "last_error": self.last_error,
+                         "policy": self.policy.name if self.policy is not None else "none",
                          "path": str(self.store.path), "replies": len(self.records),
                          "calibrating": len(calibration.tasks) if calibration else 0,
                          "retained_bytes": calibration.retained_bytes() if calibration else 0,

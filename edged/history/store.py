@@ -7,15 +7,29 @@ its own transaction, committed before the call returns: with WAL and synchronous
 turn survives the daemon being killed (kill -9); only a power cut can lose the last ones.
 
 One connection; the daemon's boot opens it and recovers it, then only the history thread uses it.
+A file SQLite cannot read (not a database, or a failed quick_check) raises `Corrupt`; `open_store`
+then moves it aside (never writing to it) and starts a fresh one, or refuses, as configured.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("edged.history")
+
+CORRUPT_CODES = (11, 26)
+"""SQLITE_CORRUPT and SQLITE_NOTADB."""
+
+
+class Corrupt(sqlite3.DatabaseError):
+    """The history file is not a database SQLite can read."""
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (
@@ -67,9 +81,19 @@ class Store:
         # autocommit: each statement is its own transaction. Made on the booting thread, then used by the
         # history thread only (one thread at a time), hence check_same_thread off.
         self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        try:
+            check = self.db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise Corrupt(f"{self.path}: quick_check says {check}")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            if isinstance(exc, Corrupt) or getattr(exc, "sqlite_errorcode", None) in CORRUPT_CODES \
+                    or "not a database" in str(exc) or "malformed" in str(exc):
+                raise Corrupt(f"{self.path}: {exc}") from exc
+            raise
 
     def append(self, session: str, role: str, content: str, *, original: str | None = None,
                response_id: Any = None, pending: bool = False) -> int:
@@ -112,3 +136,22 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+
+def open_store(path: Path | str, on_corrupt: str) -> Store:
+    """The history store at `path`. A corrupt file is never written: with on_corrupt "move" it (and
+    its -wal and -shm files) is renamed <name>.corrupt-<UTC time> and a fresh store is started;
+    with "refuse" `Corrupt` is raised. Any other SQLite or OS error (unwritable, no space) is raised."""
+    path = Path(path)
+    try:
+        return Store(path)
+    except Corrupt as exc:
+        if on_corrupt != "move":
+            raise
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for suffix in ("", "-wal", "-shm"):
+            part = path.with_name(path.name + suffix)
+            if part.exists():
+                part.rename(path.with_name(f"{path.name}{suffix}.corrupt-{stamp}"))
+        log.error("history: %s; moved aside as %s.corrupt-%s, starting a fresh history", exc, path.name, stamp)
+        return Store(path)

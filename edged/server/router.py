@@ -39,14 +39,17 @@ def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
 
 class Server:
     def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
-                 frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None):
+                 frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None,
+                 no_history: str = "this daemon keeps no history"):
         """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames; curve:
-        the CURVE server options for a tcp:// endpoint (edged/server/curve.py)."""
+        the CURVE server options for a tcp:// endpoint (edged/server/curve.py); no_history: why a
+        history op (or a speak with a session) is refused when there is no history."""
         self.endpoint = endpoint
         self.curve = curve
         self.inbox = inbox
         self.frame_ms = frame_ms
         self.history = history
+        self.no_history = no_history
         self.max_bytes = max_message_bytes
         self.defaults = defaults
         self.context: zmq.Context = zmq.Context.instance()
@@ -156,7 +159,7 @@ class Server:
 
     def _history(self, message) -> History:
         if self.history is None:
-            raise wire.ProtocolError(f"{message.op}: this daemon keeps no history", getattr(message, "id", None))
+            raise wire.ProtocolError(f"{message.op}: {self.no_history}", getattr(message, "id", None))
         return self.history
 
     def _request(self, m: wire.Speak, blob: bytes | None) -> SpeechRequest:

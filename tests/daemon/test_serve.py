@@ -54,13 +54,24 @@ def test_s16le_chunks(shared_daemon):
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
-def test_32_concurrent_requests_from_4_clients(start_daemon, transport):
-    endpoint = f"tcp://127.0.0.1:{_free_port()}" if transport == "tcp" else None
-    daemon = start_daemon(config="[daemon]\nqueue_limit = 40\n", endpoint=endpoint)
+def test_32_concurrent_requests_from_4_clients(start_daemon, transport, tmp_path):
+    """Over tcp:// with CURVE (every client authorized), as a deployment serves it."""
+    import zmq.auth
+
+    endpoint, config, keys = None, "[daemon]\nqueue_limit = 40\n", {}
+    if transport == "tcp":
+        for d in ("server", "authorized"):
+            (tmp_path / d).mkdir()
+        _, server_secret = zmq.auth.create_certificates(str(tmp_path / "server"), "server")
+        client_public, client_secret = zmq.auth.create_certificates(str(tmp_path / "authorized"), "client")
+        endpoint = f"tcp://127.0.0.1:{_free_port()}"
+        config += f'curve_secret_key = "{server_secret}"\ncurve_authorized_dir = "{tmp_path / "authorized"}"\n'
+        keys = {"server_key": str(tmp_path / "server" / "server.key"), "certificate": client_secret}
+    daemon = start_daemon(config=config, endpoint=endpoint)
     results: dict[int, list] = {}
 
     def client_thread(n: int) -> None:
-        with Client(daemon.endpoint, timeout_s=120) as client:
+        with Client(daemon.endpoint, timeout_s=120, **keys) as client:
             utterances = [client.speak(f"Client {n} request {i}.", play=False, stream=i % 2 == 0,
                                        max_audio_ms=80 * (3 + i)) for i in range(8)]
             results[n] = [list(u) for u in utterances]
@@ -177,16 +188,27 @@ def test_admission_rejects_with_a_reason(shared_daemon, kwargs, reason):
 
 
 def test_too_long_and_duplicate_id(shared_daemon):
-    with Client(shared_daemon.endpoint) as client:
-        with pytest.raises(RequestRejected, match="text too long"):
-            client.speak("word " * 700, play=False).wait()
-        first = client.speak("Long enough to be in flight.", id="same", play=False, max_audio_ms=8000)
-        first.next_event()  # accepted
-        ctx = zmq.Context.instance()
-    # a second client may reuse the id (ids are per client); the same client may not while in flight
-    with Client(shared_daemon.endpoint) as other:
-        assert other.speak("Other client, same id.", id="same", play=False, max_audio_ms=160).wait().reason == "length"
-    del ctx
+    with Client(shared_daemon.endpoint) as client, pytest.raises(RequestRejected, match="text too long"):
+        client.speak("word " * 700, play=False).wait()
+    # the same client may not reuse an id while it is in flight (a raw socket: the client library
+    # refuses that itself); a second client may (ids are per client)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 30000)
+    sock.connect(shared_daemon.endpoint)
+    speak = {"op": "speak", "id": "same", "text": "Long enough to be in flight.", "play": False, "max_audio_ms": 60000}
+    try:
+        sock.send(msgpack.packb(speak))
+        assert msgpack.unpackb(sock.recv())["op"] == "accepted"
+        sock.send(msgpack.packb(speak))
+        assert msgpack.unpackb(sock.recv()) == {"op": "rejected", "id": "same", "reason": "duplicate id in flight"}
+        with Client(shared_daemon.endpoint) as other:
+            assert other.speak("Other client, same id.", id="same", play=False, max_audio_ms=160).wait().reason == "length"
+        sock.send(msgpack.packb({"op": "cancel", "id": "same"}))
+        done = msgpack.unpackb(sock.recv())
+        assert done["op"] == "done" and done["id"] == "same" and done["reason"] == "cancelled"
+    finally:
+        sock.close()
 
 
 def test_busy_when_the_queue_is_full(start_daemon):

@@ -19,9 +19,10 @@ GREEDY = "\n[sampling]\ntemperature = 0.0\ncp_temperature = 0.0\nrepetition_pena
 
 class Daemon:
     def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None,
-                 state: Path | None = None):
+                 state: Path | None = None, wrap: tuple[str, ...] = ()):
         """state: the daemon's state directory parent (XDG_STATE_HOME); default tmp/state. Give a
-        restarted daemon the first one's to keep its history."""
+        restarted daemon the first one's to keep its history. wrap: a command line the daemon's runs
+        inside (it must exec it, so the process is the daemon's), e.g. a private mount namespace."""
         self.tmp = tmp
         self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
         self.notify_path = str(tmp / "notify.sock")
@@ -41,8 +42,9 @@ class Daemon:
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.log = open(tmp / "daemon.log", "w")
+        self.state = state or tmp / "state"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint],
+            [*wrap, sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.wait_for("READY=1", timeout=60)
 

@@ -1,0 +1,90 @@
+"""Behaviour the README documents, each through the real daemon (or the real CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import msgpack
+import pytest
+import zmq
+
+from edged.client import Client, RequestRejected
+
+
+def edged(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edged", *args], capture_output=True, text=True, timeout=timeout,
+                          env=os.environ)
+
+
+def test_serve_exits_2_on_a_bad_artifact_naming_it(tmp_path):
+    (tmp_path / "edged.toml").write_text('[audio]\ndevice = "none"\ninput_device = "none"\n[events]\nlisten = "none"\n')
+    done = edged("serve", "--config", str(tmp_path / "edged.toml"), "--artifact", str(tmp_path / "nowhere"),
+                 "--listen", f"ipc://{tmp_path / 'x.sock'}")
+    assert done.returncode == 2
+    assert "boot failed" in done.stderr and "no artifact.json" in done.stderr
+
+
+def test_a_second_signal_exits_at_once(start_daemon):
+    """The first SIGTERM drains (a 30 s reply would hold it for drain_timeout_s = 60); the second
+    leaves without waiting."""
+    daemon = start_daemon(config="[daemon]\ndrain_timeout_s = 60\n")
+    with Client(daemon.endpoint, timeout_s=60) as client:
+        utterance = client.speak("A long reply.", play=False, stream=True, max_audio_ms=30000)
+        next(e for e in utterance if type(e).__name__ == "Audio")
+        daemon.proc.send_signal(15)
+        daemon.wait_for("STOPPING=1", timeout=10)
+        assert client.status()["state"] == "draining"
+        daemon.proc.send_signal(15)
+        assert daemon.proc.wait(timeout=10) == 0
+
+
+def test_say_exit_codes_and_cancel(start_daemon):
+    daemon = start_daemon()
+    ok = edged("say", "Hello.", "--no-play", "--max-audio-ms", "160", "--endpoint", daemon.endpoint)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["reason"] == "length"
+    rejected = edged("say", "Hello.", "--no-play", "--voice", "nobody", "--endpoint", daemon.endpoint)
+    assert rejected.returncode == 2 and "unknown voice 'nobody'" in rejected.stderr
+    cancel = edged("cancel", "nothing-in-flight", "--endpoint", daemon.endpoint)
+    assert cancel.returncode == 0 and cancel.stdout == ""  # ids are per client: it cancels only its own
+
+
+def test_a_reply_that_runs_into_the_kv_limit_ends_with_length(start_daemon):
+    """The built-in artifact has 512 KV slots: a reply longer than what is left after its prompt
+    stops there, with reason length, on the frame the room ran out."""
+    daemon = start_daemon()
+    with Client(daemon.endpoint, timeout_s=120) as client:
+        done = client.speak("Short prompt.", play=False, max_audio_ms=600_000).wait()
+    frames = done.report["frames"]
+    assert done.reason == "length" and 400 < frames <= 512
+    prefill = done.report["stages"][0]["prefill_rows"]
+    assert frames == 512 - prefill + 1
+
+
+def test_max_message_bytes_is_the_limit(start_daemon):
+    daemon = start_daemon(config="[daemon]\nmax_message_bytes = 2048\n")
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 30000)
+    sock.connect(daemon.endpoint)
+    try:
+        sock.send(msgpack.packb({"op": "speak", "id": "big", "text": "a" * 3000, "play": False}))
+        reply = msgpack.unpackb(sock.recv())
+        assert reply["op"] == "error" and reply["reason"].startswith("message too large:") and "(max 2048)" in reply["reason"]
+    finally:
+        sock.close()
+    with Client(daemon.endpoint) as client:
+        assert client.speak("Small enough.", play=False, max_audio_ms=160).wait().reason == "length"
+
+
+def test_log_level_warning_leaves_out_info(start_daemon):
+    daemon = start_daemon(config='[daemon]\nlog_level = "warning"\n')
+    with Client(daemon.endpoint) as client:
+        assert client.speak("Quietly.", play=False, max_audio_ms=160).wait().reason == "length"
+        with pytest.raises(RequestRejected):
+            client.speak("Hello.", play=False, voice="nobody").wait()
+    assert daemon.terminate() == 0
+    log = daemon.read_log()
+    assert " INFO " not in log and "serving" not in log

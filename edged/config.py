@@ -76,6 +76,9 @@ class DaemonConfig:
     """Requests waiting for a cohort slot before new ones are rejected with reason "busy"."""
     max_message_bytes: int = 1 << 20
     """Largest client message accepted (bytes); bigger ones get an `error` reply."""
+    client_queue: int = 1000
+    """Replies queued for one client (beyond its own receive queue) before it counts as not reading
+    and its requests end ("client not reading")."""
     drain_timeout_s: float = 10.0
     """On SIGTERM: how long in-flight requests may run before they are cancelled."""
     text_timeout_ms: int = 10000
@@ -300,6 +303,8 @@ def _validate(config, source: str) -> None:
             raise ConfigError(f"{source}: daemon.queue_limit and daemon.threads must be >= 0")
         if config.max_message_bytes < 1024:
             raise ConfigError(f"{source}: daemon.max_message_bytes must be >= 1024")
+        if config.client_queue < 16:
+            raise ConfigError(f"{source}: daemon.client_queue must be >= 16")
         if config.drain_timeout_s < 0:
             raise ConfigError(f"{source}: daemon.drain_timeout_s must be >= 0")
         if config.text_timeout_ms < 1:

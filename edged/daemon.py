@@ -96,10 +96,11 @@ class Daemon:
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         inbox: queue.SimpleQueue = queue.SimpleQueue()
+        no_history = (f"history unavailable ({self.history_error}): speak without a session" if self.history_error
+                      else "this daemon keeps no history")
         server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
-                        frame_ms=artifact.frame_ms, history=self.history, curve=curve,
-                        no_history=f"history unavailable ({self.history_error}): speak without a session"
-                        if self.history_error else "this daemon keeps no history")
+                        frame_ms=artifact.frame_ms, history=self.history, curve=curve, no_history=no_history,
+                        client_queue=cfg.daemon.client_queue)
         clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",

@@ -27,9 +27,6 @@ log = logging.getLogger("edged.server")
 
 REPLIES = "inproc://edged-replies"
 HARD_LIMIT_FACTOR = 16  # zmq drops (disconnects) only messages this many times over the limit
-CLIENT_HWM = 128
-"""Messages queued for one client before it counts as not reading (its own receive queue, ZeroMQ's
-RCVHWM, 1000 by default, comes first): with 4-frame audio chunks, 128 are 41 s of audio."""
 
 
 def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
@@ -40,16 +37,18 @@ def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
 class Server:
     def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
                  frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None,
-                 no_history: str = "this daemon keeps no history"):
+                 no_history: str = "this daemon keeps no history", client_queue: int = 1000):
         """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames; curve:
         the CURVE server options for a tcp:// endpoint (edged/server/curve.py); no_history: why a
-        history op (or a speak with a session) is refused when there is no history."""
+        history op (or a speak with a session) is refused when there is no history; client_queue:
+        messages queued for one client before it counts as not reading (daemon.client_queue)."""
         self.endpoint = endpoint
         self.curve = curve
         self.inbox = inbox
         self.frame_ms = frame_ms
         self.history = history
         self.no_history = no_history
+        self.client_queue = client_queue
         self.max_bytes = max_message_bytes
         self.defaults = defaults
         self.context: zmq.Context = zmq.Context.instance()
@@ -59,7 +58,7 @@ class Server:
     def start(self) -> None:
         """Bind (errors surface here, at boot) and start the socket thread."""
         self.router = bind(self.context, zmq.ROUTER, self.endpoint, options={
-            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 1, zmq.SNDHWM: CLIENT_HWM},
+            zmq.MAXMSGSIZE: self.max_bytes * HARD_LIMIT_FACTOR, zmq.ROUTER_MANDATORY: 1, zmq.SNDHWM: self.client_queue},
             curve=self.curve)
         self.replies_in = bind(self.context, zmq.PULL, REPLIES)
         self._push = connect(self.context, zmq.PUSH, REPLIES)  # used by the loop thread only

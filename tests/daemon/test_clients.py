@@ -13,7 +13,7 @@ import zmq
 
 from edged.client import Client
 
-CHUNK_1 = "[vocoder]\nchunk_frames = 1\n"  # one message per frame: a reader's backlog grows fast
+CHUNK_1 = "[daemon]\nclient_queue = 32\n[vocoder]\nchunk_frames = 1\n"  # a reader's backlog fills fast
 LONG = "A long reply that keeps the cohort busy for a good while, " * 4
 
 

@@ -43,6 +43,21 @@ def test_turns_keep_their_order_and_acks_give_the_heard_prefix(daemon):
                      {"role": "user", "content": "Stop."}]
 
 
+def test_policy_none_keeps_an_interrupted_reply_all_or_nothing(tmp_path):
+    """history.policy = "none": a reply heard in part is "" (interrupted), with no calibration."""
+    daemon = Daemon(tmp_path, config=CONFIG.replace(RATE_CONFIG, '[history]\npolicy = "none"\n'))
+    try:
+        with Client(daemon.endpoint) as client:
+            utt = client.speak(TEXT, session="conv", play=False, stream=True, max_audio_ms=4000)
+            assert utt.wait().reason == "length"
+            client.ack(utt.id, 1700, final=True)
+            assert client.history("conv", wait=True) == [
+                {"role": "assistant", "content": "", "interrupted": True, "response_id": utt.id}]
+            assert client.status()["history"]["policy"] == "none"
+    finally:
+        daemon.close()
+
+
 def test_a_streamed_reply_keeps_everything_received_as_its_text(daemon):
     """Streamed text: the turn's original text is every piece received, not the speak's first one;
     acks and the heard prefix work on it as on whole text."""

@@ -88,6 +88,34 @@ def test_a_failing_prepare_fails_that_request_only(builtin_artifact, backend, mo
     assert done["boom"].reason == "error" and "injected failure" in done["boom"].error
 
 
+def test_an_engine_failure_during_a_step_fails_that_cohort_step_and_the_loop_goes_on(builtin_artifact, backend,
+                                                                                    monkeypatch):
+    """A step that raises ends the members it was stepping with `done` error "engine step failed:
+    ...", each exactly once; the next request is served as if nothing happened."""
+    loop, replies = make_loop(builtin_artifact, backend)
+    real, calls = loop.core.step, {"n": 0}
+
+    def step(members):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected engine failure")
+        return real(members)
+
+    monkeypatch.setattr(loop.core, "step", step)
+    for id in ("a", "b"):
+        loop.inbox.put(Submit(b"c", SpeechRequest(id, "Stepped together.", max_frames=40), play=False))
+    run_until_idle(loop)
+    loop.inbox.put(Submit(b"c", SpeechRequest("after", "Served after the failure.", max_frames=4), play=False))
+    run_until_idle(loop)
+    done = [m for _, m in replies if isinstance(m, wire.Done)]
+    assert sorted(m.id for m in done) == ["a", "after", "b"]  # exactly one done each
+    by_id = {m.id: m for m in done}
+    for id in ("a", "b"):
+        assert by_id[id].reason == "error" and by_id[id].error == "engine step failed: injected engine failure"
+        assert by_id[id].report["frames"] == 2
+    assert by_id["after"].reason == "length" and by_id["after"].report["frames"] == 4
+
+
 def test_the_loop_imports_no_protocol_or_audio_code():
     """The loop is handed its clients, speaker and history: importing it (and everything it
     imports) loads no protocol, socket or audio device module."""

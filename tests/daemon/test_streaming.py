@@ -113,7 +113,7 @@ def test_sigterm_drains_an_open_stream(start_daemon):
     daemon = start_daemon(config="[daemon]\ndrain_timeout_s = 0.5\n")
     with Client(daemon.endpoint) as client:
         stream = client.speak("An open stream, ", more_text=True, play=False)
-        time.sleep(0.3)
+        assert stream.next_event().op == "accepted"  # in flight before the signal, however loaded the machine
         daemon.proc.send_signal(15)
         done = stream.wait()
     assert done.reason == "cancelled"

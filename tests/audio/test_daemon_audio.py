@@ -16,16 +16,12 @@ JACK frames (PERIOD = 256 = 10.7 ms):
 from __future__ import annotations
 
 import shutil
-import subprocess
-import threading
 import time
-import wave
 
-import msgpack
 import numpy as np
 import pytest
-import zmq
 from support.daemon import Daemon
+from support.patchbay import Patchbay, Subscriber, espeak
 
 from edged.client import Client
 from edged.history.text import units
@@ -44,117 +40,6 @@ next block (1 period)."""
 VAD_DECISION_MS = 400
 """Onset -> the VAD's start decision on the published mic audio (min_speech_ms 96 + silero's own)."""
 TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
-
-
-class Patchbay:
-    """A JACK client: `rec` records (with each cycle's JACK frame time), `voice` plays a buffer."""
-
-    def __init__(self, server: str, seconds: float = 40.0) -> None:
-        import jack
-
-        self.client = jack.Client("edged-patchbay", no_start_server=True, servername=server)
-        self.rec_port = self.client.inports.register("rec")
-        self.voice_port = self.client.outports.register("voice")
-        self.rec = np.zeros(int(seconds * RATE), dtype=np.float32)
-        self.pos = 0
-        self.voice: np.ndarray | None = None
-        self.voice_pos = 0
-        self.voice_start = -1
-        """Recording index at which the voice's first sample went out."""
-        self.client.set_process_callback(self._process)
-        self.client.activate()
-
-    def _process(self, frames: int) -> None:
-        if self.pos + frames <= len(self.rec):
-            self.rec[self.pos:self.pos + frames] = self.rec_port.get_array()
-        out = self.voice_port.get_array()
-        out[:] = 0.0
-        if self.voice is not None and self.voice_pos < len(self.voice):
-            if self.voice_pos == 0:
-                self.voice_start = self.pos
-            n = min(frames, len(self.voice) - self.voice_pos)
-            out[:n] = self.voice[self.voice_pos:self.voice_pos + n]
-            self.voice_pos += n
-        self.pos += frames
-
-    def say(self, pcm: np.ndarray) -> None:
-        self.voice_pos, self.voice_start = 0, -1
-        self.voice = pcm
-
-    def mark(self) -> int:
-        return self.pos
-
-    def daemon_ports(self) -> tuple[str, str]:
-        outs = [p.name for p in self.client.get_ports("PortAudio", is_audio=True, is_output=True)]
-        ins = [p.name for p in self.client.get_ports("PortAudio", is_audio=True, is_input=True)]
-        assert len(outs) == 1 and len(ins) == 1, (outs, ins)
-        return outs[0], ins[0]
-
-    def patch(self, *, record: bool = True, voice: bool = False, loopback: bool = False) -> None:
-        """Connect the daemon's output to `rec`; its input to `voice` and/or its own output only."""
-        out, inp = self.daemon_ports()
-        for port in (self.rec_port.name, inp):
-            for other in self.client.get_all_connections(port):
-                self.client.disconnect(other, port)
-        if record:
-            self.client.connect(out, self.rec_port.name)
-        if voice:
-            self.client.connect(self.voice_port.name, inp)
-        if loopback:
-            self.client.connect(out, inp)
-
-    def close(self) -> None:
-        self.client.deactivate()
-        self.client.close()
-
-
-class Subscriber:
-    """The daemon's event socket, collected on a thread."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.socket = zmq.Context.instance().socket(zmq.SUB)
-        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
-        self.socket.setsockopt(zmq.RCVTIMEO, 100)
-        self.socket.connect(endpoint)
-        self.events: list[tuple[dict, bytes | None]] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop:
-            try:
-                frames = self.socket.recv_multipart()
-            except zmq.Again:
-                continue
-            self.events.append((msgpack.unpackb(frames[1]), frames[2] if len(frames) > 2 else None))
-
-    def of(self, name: str) -> list[dict]:
-        return [h for h, _ in list(self.events) if h["event"] == name]
-
-    def mic_audio(self) -> np.ndarray:
-        chunks = [np.frombuffer(pcm, "<i2") for h, pcm in list(self.events) if h["event"] == "mic" and pcm]
-        return np.concatenate(chunks).astype(np.float32) / 32767 if chunks else np.zeros(0, np.float32)
-
-    def clear(self) -> None:
-        self.events.clear()
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join()
-        self.socket.close(linger=0)
-
-
-def espeak(text: str, tmp, voice: str = "en-us") -> np.ndarray:
-    """Speech rendered by espeak-ng, at RATE."""
-    import soxr
-
-    path = tmp / "speech.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
-    with wave.open(str(path)) as w:
-        pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
-        rate = w.getframerate()
-    return soxr.resample(pcm, rate, RATE).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

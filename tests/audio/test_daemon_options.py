@@ -1,0 +1,56 @@
+"""The microphone's switches through the real daemon on its own JACK server: `audio.barge_in = false`
+keeps the VAD and its events but never cuts a reply; `vad.echo_cancel = false` feeds the VAD the
+raw microphone. The rig is test_daemon_audio's (tests/support/patchbay.py), on a JACK server of
+this module's own."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from support.daemon import Daemon
+from support.patchbay import Patchbay, Subscriber, espeak
+
+from edged.client import Client
+
+TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
+
+
+@pytest.fixture(scope="module")
+def rig(jack_server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("audio-options")
+    events = f"ipc://{tmp / 'events.sock'}"
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n'
+                                'barge_in = false\n[vad]\necho_cancel = false\n')
+    bay = Patchbay(jack_server.name)
+    sub = Subscriber(events)
+    client = Client(daemon.endpoint)
+    speech = espeak("Stop! Please stop talking now.", tmp)
+    yield daemon, bay, sub, client, speech
+    client.close()
+    sub.close()
+    assert daemon.terminate() == 0
+    daemon.close()
+    bay.close()
+
+
+def test_without_barge_in_user_speech_is_heard_but_never_cuts_the_reply(rig):
+    daemon, bay, sub, client, speech = rig
+    bay.patch(record=True, voice=True)
+    time.sleep(0.5)
+    sub.clear()
+    utt = client.speak(TEXT, stream=True, max_audio_ms=5000)
+    time.sleep(1.0)
+    bay.say(speech)
+    done = utt.wait()
+    assert done.reason == "length" and done.report["played_ms"] == done.report["audio_ms"]
+    deadline = time.monotonic() + 5
+    while not [e for e in sub.of("vad") if e["state"] == "stop"]:  # the VAD's stop after the speech ends
+        assert time.monotonic() < deadline, sub.of("vad")
+        time.sleep(0.05)
+    states = [e["state"] for e in sub.of("vad")]
+    assert states[:2] == ["start", "stop"] and sub.of("vad")[0]["while_playing"]
+    assert sub.of("barge_in") == []
+    status = client.status()["audio"]["input"]
+    assert status["barge_in"] is False and status["barge_ins"] == 0 and status["speech_starts"] >= 1
+    assert status["echo_cancel"] is False

@@ -20,10 +20,8 @@ import time
 
 import numpy as np
 import pytest
-from support.daemon import Daemon
-from support.patchbay import Patchbay, Subscriber, espeak
+from support.patchbay import audio_rig
 
-from edged.client import Client
 from edged.history.text import units
 
 if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
@@ -44,24 +42,12 @@ TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
 
 @pytest.fixture(scope="module")
 def rig(jack_server, tmp_path_factory):
-    """One daemon on the module's JACK server, its event socket, and the patchbay."""
-    tmp = tmp_path_factory.mktemp("audio-daemon")
-    events = f"ipc://{tmp / 'events.sock'}"
-    # a reply may run only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here
-    # also exercises generation paused on a full buffer and resumed as the speaker drains it
-    # the JACK server's devices by name ("system"): a sound card of the test machine is never used
-    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n'
-                                'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n')
-    bay = Patchbay(jack_server.name)
-    sub = Subscriber(events)
-    client = Client(daemon.endpoint)
-    speech = espeak("Stop! Please stop talking now.", tmp)
-    yield daemon, bay, sub, client, speech
-    client.close()
-    sub.close()
-    assert daemon.terminate() == 0
-    daemon.close()
-    bay.close()
+    """One daemon on the module's JACK server, its event socket, and the patchbay. A reply may run
+    only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here also exercises
+    generation paused on a full buffer and resumed as the speaker drains it."""
+    with audio_rig(jack_server.name, tmp_path_factory.mktemp("audio-daemon"),
+                   'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n') as rig:
+        yield rig
 
 
 def reply_start(rec: np.ndarray, since: int) -> int:

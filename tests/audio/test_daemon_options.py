@@ -8,30 +8,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from support.daemon import Daemon
-from support.patchbay import Patchbay, Subscriber, espeak
-
-from edged.client import Client
+from support.patchbay import audio_rig
 
 TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
 
 
 @pytest.fixture(scope="module")
 def rig(jack_server, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("audio-options")
-    events = f"ipc://{tmp / 'events.sock'}"
-    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n'
-                                'barge_in = false\n[vad]\necho_cancel = false\n')
-    bay = Patchbay(jack_server.name)
-    sub = Subscriber(events)
-    client = Client(daemon.endpoint)
-    speech = espeak("Stop! Please stop talking now.", tmp)
-    yield daemon, bay, sub, client, speech
-    client.close()
-    sub.close()
-    assert daemon.terminate() == 0
-    daemon.close()
-    bay.close()
+    with audio_rig(jack_server.name, tmp_path_factory.mktemp("audio-options"),
+                   "barge_in = false\n[vad]\necho_cancel = false\n") as rig:
+        yield rig
 
 
 def test_without_barge_in_user_speech_is_heard_but_never_cuts_the_reply(rig):

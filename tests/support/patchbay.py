@@ -1,16 +1,22 @@
 """The rig of the daemon's audio tests: a JACK client that records the daemon's output and plays
 speech into its input (`Patchbay`), the event socket collected on a thread (`Subscriber`), and
-speech from espeak-ng (`espeak`)."""
+speech from espeak-ng (`espeak`); `audio_rig` puts them around one daemon."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
 import wave
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import msgpack
 import numpy as np
 import zmq
+from support.daemon import Daemon
+
+from edged.client import Client
 
 RATE = 24000
 
@@ -124,3 +130,24 @@ def espeak(text: str, tmp, voice: str = "en-us") -> np.ndarray:
         pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32767
         rate = w.getframerate()
     return soxr.resample(pcm, rate, RATE).astype(np.float32)
+
+
+@contextmanager
+def audio_rig(server: str, tmp: Path, config: str) -> Iterator[tuple]:
+    """(daemon, patchbay, event subscriber, client, espeak speech) for one daemon on JACK server
+    `server`, its devices the server's "system" ports (a sound card of the test machine is never
+    used) and its events on their own ipc socket; `config` adds to that. Everything is closed after,
+    and the daemon must exit 0."""
+    events = f"ipc://{tmp / 'events.sock'}"
+    daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\n'
+                                f'input_device = "system"\n{config}')
+    bay = Patchbay(server)
+    sub = Subscriber(events)
+    client = Client(daemon.endpoint)
+    speech = espeak("Stop! Please stop talking now.", tmp)
+    yield daemon, bay, sub, client, speech
+    client.close()
+    sub.close()
+    assert daemon.terminate() == 0
+    daemon.close()
+    bay.close()

@@ -3,8 +3,9 @@
 Per step, for the members that step: the code predictor turns each pending code 0 (and the talker
 hidden that produced it) into groups 1..G-1 over its own small KV cache (`predict`: one pass per
 group, or with a speculative verify window fewer: each pass checks drafts for the next groups that
-the later groups' heads propose), the frame is published on the codec port, and the talker decodes one step from the
-frame's codec-embedding sum plus the next text-track row, sampling the next code 0. Sampling runs
+the later groups' heads propose), the frame is published on the codec port, and the talker
+decodes one step from the frame's codec-embedding sum plus the next text-track row, sampling the
+next code 0. Sampling runs
 inside the graphs; only codes cross to the host. Every buffer is claimed in `preallocate()`, each
 with the dtype its graph declares; the step path runs bound plans and copies rows. The KV cache and
 the new K/V rows are the backend's device buffers (`Backend.device_empty`): rows move into the cache

@@ -14,6 +14,7 @@ import uuid
 import pytest
 from support import jackd as jack_servers
 from support.daemon import Daemon
+from support.patchbay import Subscriber
 
 from edged.client import Client, RequestRejected
 
@@ -34,9 +35,11 @@ def test_missing_device_then_it_appears(tmp_path, no_server):
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed")
     # "system": the JACK server's device, by name, so a sound card of the test machine is never used
-    daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\ndevice = "system"\n'
+    events = f"ipc://{tmp_path / 'events.sock'}"
+    daemon = Daemon(tmp_path, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\n'
                                      f'input_device = "system"\n{FAST_RETRY}')
     jackd = None
+    sub = Subscriber(events)
     try:
         with Client(daemon.endpoint) as client:
             out = client.status()["audio"]["output"]
@@ -58,8 +61,12 @@ def test_missing_device_then_it_appears(tmp_path, no_server):
             while client.status()["audio"]["input"]["state"] != "open":
                 assert time.monotonic() < deadline, client.status()["audio"]
                 time.sleep(0.2)
+            time.sleep(0.3)  # the event socket's last messages
+            opened = [(e["stream"], e["state"], e["device"]) for e in sub.of("device")]
+            assert opened == [("output", "open", "system"), ("input", "open", "system")], sub.of("device")
         assert daemon.terminate() == 0
     finally:
+        sub.close()
         daemon.close()
         if jackd is not None:
             jackd.terminate()
@@ -93,11 +100,13 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed")
     jackd = jack_servers.start(no_server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    daemon = None
+    daemon = sub = None
     try:
         time.sleep(1.0)
-        daemon = Daemon(tmp_path, config=f'[events]\nlisten = "none"\n[audio]\ndevice = "system"\n'
+        events = f"ipc://{tmp_path / 'events.sock'}"
+        daemon = Daemon(tmp_path, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\n'
                                          f'input_device = "system"\n{FAST_RETRY}')
+        sub = Subscriber(events)
         with Client(daemon.endpoint) as client:
             assert client.status()["audio"]["output"]["state"] == "open"
             utt = client.speak(TEXT, max_audio_ms=4000)
@@ -110,11 +119,15 @@ def test_a_stalled_device_ends_the_reply_and_the_daemon_keeps_serving(tmp_path, 
             assert 500 < done.report["played_ms"] < 1500
             out = client.status()["audio"]["output"]
             assert out["state"] == "lost" and out["lost"] == 1 and out["error"].startswith("audio device lost"), out
+            lost = [(e["stream"], e["state"], e["device"]) for e in sub.of("device") if e["state"] == "lost"]
+            assert ("output", "lost", "system") in lost, sub.of("device")
             free = client.speak(TEXT, max_audio_ms=500, play=False, stream=True).wait()
             assert free.reason == "length"
         assert daemon.terminate(timeout=20) == 0
         assert "stuck in PortAudio; exiting without it" in daemon.read_log()
     finally:
+        if sub is not None:
+            sub.close()
         if daemon is not None:
             daemon.close()
         jackd.send_signal(signal.SIGCONT)  # let it end itself: a killed server leaves its shared memory

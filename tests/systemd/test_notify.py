@@ -7,7 +7,6 @@ Subprocess tests run with systemd-python (backend "systemd") and with the pure-P
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import socket
@@ -114,7 +113,7 @@ assert wd.interval_s == 0.2 and wd.ping_every_s == 0.1 and wd.enabled
 n.ready()
 wd.start()
 n.status("progress"); loop(0.6)
-n.status("stall"); time.sleep(0.9)
+n.status("stall"); time.sleep(1.2)
 n.status("resume"); loop(0.6)
 wd.stop()
 n.stopping()
@@ -124,9 +123,15 @@ n.stopping()
 @pytest.mark.parametrize("receiver", ["path"], indirect=True)
 @pytest.mark.parametrize("backend", ["systemd", "socket"])
 def test_watchdog_pings_stop_while_the_loop_stalls_and_resume_after(receiver, backend):
-    """1. The loop progresses: WATCHDOG=1 about every interval/2.
-    2. The loop stalls: pings stop once progress is older than stall_after_s.
-    3. The loop resumes: pings resume."""
+    """1. The loop progresses: WATCHDOG=1 at most every ping_every_s (0.1 s).
+    2. The loop stalls for 1.2 s: pings stop once progress is older than stall_after_s (0.15 s).
+    3. The loop resumes: pings resume.
+
+    The bounds hold on a loaded machine: a late thread sends fewer pings, never more (it waits at
+    least ping_every_s between them; the receiver's clock only says which phase a ping fell in), and
+    the last ping of a stall is at most stall_after_s plus one ping period after the last progress,
+    or 0.6 s more where the machine is slow. The pinger's decision itself is tested on a fake clock
+    below."""
     run_child(WATCHDOG_STALL, receiver, backend, WATCHDOG_USEC="200000")
     texts = receiver.texts()
     assert texts[0] == "READY=1" and texts[-1] == "STOPPING=1", texts
@@ -134,17 +139,14 @@ def test_watchdog_pings_stop_while_the_loop_stalls_and_resume_after(receiver, ba
     pings = [t for t, m in receiver.messages if m == "WATCHDOG=1"]
 
     during_progress = [t for t in pings if progress <= t < stall]
-    assert len(during_progress) >= 4, pings  # 6 expected
-    gaps = sorted(b - a for a, b in itertools.pairwise(during_progress))
-    assert 0.05 < gaps[len(gaps) // 2] < 0.2, gaps  # median ~ ping_every_s
+    assert 2 <= len(during_progress) <= 10, pings  # 6 or 7 in the 0.6 s loop; 10 allows it to overrun by 0.3 s
 
-    # Pings may go out until progress is stall_after_s (0.15 s) old, plus one ping period and slack.
-    late_in_stall = [t - stall for t in pings if stall + 0.45 <= t < resume]
-    assert late_in_stall == [], late_in_stall  # 4 expected without stall detection
-    assert resume - stall > 0.8
+    late_in_stall = [t - stall for t in pings if stall + 0.15 + 0.1 + 0.6 <= t < resume]
+    assert late_in_stall == [], late_in_stall  # 9 expected without stall detection
+    assert resume - stall > 1.1
 
     after_resume = [t for t in pings if t >= resume]
-    assert len(after_resume) >= 4, pings
+    assert len(after_resume) >= 2, pings
 
 
 def test_watchdog_interval_follows_sd_watchdog_enabled():

@@ -31,11 +31,14 @@ GROWTH_BOUND = 1024
 PEAK_BOUND = 3072
 
 
+LEAVE_OUT = [tracemalloc.Filter(False, "*/onnxruntime/*"), tracemalloc.Filter(False, tracemalloc.__file__)]
+"""onnxruntime's binding's pool of small objects (module docstring), and tracemalloc's own."""
+
+
 def growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> int:
     """Bytes traced more in `after` than in `before`, outside onnxruntime's binding and tracemalloc:
     the sum of every source file's growth (a file whose traced memory shrank counts 0)."""
-    leave_out = [tracemalloc.Filter(False, "*/onnxruntime/*"), tracemalloc.Filter(False, tracemalloc.__file__)]
-    diffs = after.filter_traces(leave_out).compare_to(before.filter_traces(leave_out), "filename")
+    diffs = after.filter_traces(LEAVE_OUT).compare_to(before.filter_traces(LEAVE_OUT), "filename")
     return sum(max(0, d.size_diff) for d in diffs)
 
 
@@ -179,3 +182,70 @@ def test_an_omni_cohort_does_not_allocate(tmp_path, backend):
     print(f"omni: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
     assert peak <= PEAK_BOUND, f"a step allocated {peak} bytes at its peak"
+
+
+ADMISSION_GROWTH_BOUND = 1024
+ADMISSION_PEAK_BOUND = 64 * 1024
+
+
+def test_admission_retains_nothing(builtin_artifact, backend):
+    """Admission is not the step path: it tokenizes, lays out the prompt and binds the prefill for
+    its length (a plan per prompt length, the last PREFILL_PLANS lengths kept), all transient.
+    Rounds of 8 requests (voices, lengths, greedy and sampled, streamed and whole replies, f32le and
+    s16le) run through the loop until it is idle again; after a traced warm-up, the traced memory
+    at idle (outside onnxruntime's binding, as above) may not grow by more than 1 KiB over 320 more
+    admissions (a retained object per admission would be >= 9 KiB), and no iteration, admitting or
+    not, may peak more than 64 KiB above where it started. These are the bounds the README claims."""
+    import gc
+    import logging
+
+    from edged.scheduler.commands import Submit
+    from edged.scheduler.loop import CohortLoop
+    from edged.server.replies import ClientReplies
+
+    artifact = load_artifact(builtin_artifact)
+    core = Core(artifact, backend)
+    core.preallocate()
+    loop = CohortLoop(core, ClientReplies(lambda *_: None, artifact.sample_rate, core.window_samples))
+    texts = ("Short one.", "A somewhat longer sentence for the cohort.", "Third text, with commas, and more words to read.")
+    voices = (None, "vivian", "ryan")
+    admitted = [0]
+
+    def round_of_8() -> int:
+        for i in range(8):
+            sampling = Sampling(seed=i) if i % 2 else Sampling.greedy()
+            request = SpeechRequest(f"r{admitted[0]}", texts[i % 3], voice=voices[i % 3], sampling=sampling,
+                                    max_frames=6 + i)
+            loop.inbox.put(Submit(b"c", request, play=False, session=None, stream=i % 2 == 0,
+                                  format=("f32le", "s16le")[i // 4]))
+            admitted[0] += 1
+        worst = 0
+        while loop.scheduler.by_key or not loop.inbox.empty():
+            current, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            loop.iteration()
+            worst = max(worst, tracemalloc.get_traced_memory()[1] - current)
+        return worst
+
+    def idle() -> tracemalloc.Snapshot:
+        gc.collect()  # also empties the interpreter's free lists
+        return tracemalloc.take_snapshot().filter_traces(LEAVE_OUT)
+
+    for _ in range(10):
+        round_of_8()
+    logging.disable(logging.INFO)  # pytest keeps every log record of a test in memory
+    tracemalloc.start()
+    try:
+        for _ in range(40):
+            round_of_8()
+        idle()  # compiles the filters' patterns, which fnmatch caches
+        start = idle()
+        peak = max(round_of_8() for _ in range(40))
+        grown = sum(d.size_diff for d in idle().compare_to(start, "filename"))
+    finally:
+        tracemalloc.stop()
+        logging.disable(logging.NOTSET)
+    assert admitted[0] == 90 * 8 and loop.counters.steps > 90 * 6
+    print(f"admission: growth {grown} B over 320 admissions, peak {peak} B in an iteration")
+    assert grown <= ADMISSION_GROWTH_BOUND, f"traced memory at idle grew by {grown} bytes over 320 admissions"
+    assert peak <= ADMISSION_PEAK_BOUND, f"an iteration allocated {peak} bytes at its peak"

@@ -24,6 +24,7 @@ buffers of its own, whose results are copied into the slot's rows.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -79,6 +80,10 @@ class Member:
     step_ms: float = 0.0
     first_frame_at: float | None = None
 
+
+PREFILL_PLANS = 64
+"""Prefill plans kept, one per prompt length, the least recently used dropped first: a length seen
+recently is admitted without binding anything."""
 
 BUCKET_MIN = 64
 """The shortest attention span a decode plan is bound for; spans double from it up to max_seq."""
@@ -147,6 +152,7 @@ class TalkerStage:
         self.codec_sum = np.zeros((b, h), self.cp_table.dtype)
         self.cp_row = np.zeros((b, h), self.cp_table.dtype)  # one group's embeddings, on their way into the sum
         self.held_hidden, self.held_code0 = np.zeros_like(self.hidden), np.zeros_like(self.code0)
+        self.prefill_plans: OrderedDict[int, Plan] = OrderedDict()
         self.prefill_io = {name: e((1, *self.decode_buffers[name].shape[1:]), pre(name))
                            for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
                                         "noise", "hidden", "code0")}
@@ -345,6 +351,16 @@ class TalkerStage:
             copy(self.values[i][slot, :, :t], self.prefill_values[i][:n].reshape(d.kv_heads, t, d.head_dim))
 
     def _prefill_plan(self, t: int) -> Plan:
+        plans = self.prefill_plans
+        if t in plans:
+            plans.move_to_end(t)
+            return plans[t]
+        if len(plans) >= PREFILL_PLANS:
+            plans.popitem(last=False)
+        plans[t] = plan = self._bind_prefill(t)
+        return plan
+
+    def _bind_prefill(self, t: int) -> Plan:
         d = self.artifact.dims
         binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), "positions": self.prefill_position,
                  "slots": self.slots[:1], **self.prefill_io}

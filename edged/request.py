@@ -95,6 +95,26 @@ class Sampling:
         return replace(self, top_k=int(self.top_k), cp_top_k=int(self.cp_top_k), cp_spec_verify_size=int(w))
 
 
+@dataclass(frozen=True, eq=False)
+class ClonedVoice:
+    """A voice cloned from a reference recording (a Base checkpoint's speaker encoder and speech
+    tokenizer encoder made these): in the prompt, the x-vector takes the speaker row; with the
+    reference's text too, the reference's text and codec frames come first (in-context, ICL)."""
+
+    xvector: np.ndarray
+    """[H] float32: the speaker encoder's output for the reference."""
+    ref_codes: np.ndarray | None = None
+    """[T, G] int64: the reference's codec frames (ICL only)."""
+    ref_text: str | None = None
+    """What the reference says (ICL only)."""
+    name: str = ""
+    """The enrolled voice's name, for reports ("" for an offline reference)."""
+
+    @property
+    def icl(self) -> bool:
+        return self.ref_codes is not None and bool(self.ref_text)
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     id: Id
@@ -105,9 +125,11 @@ class SpeechRequest:
     """Language name from the artifact's languages, or "auto"/None for no language row."""
     instruct: str | None = None
     sampling: Sampling = field(default_factory=Sampling)
-    dual_track: bool = False
+    dual_track: bool | None = None
     """The dual-track layout: the text is read one token per frame beside the codec track, instead
-    of all text in the prefill."""
+    of all text in the prefill. None = the reference's default for the voice: all text in the
+    prefill for built-in speakers (generate_custom_voice), the dual track for a cloned voice
+    (generate_voice_clone)."""
     max_frames: int | None = None
     """Stop with reason "length" after this many frames (None: as many as the KV cache allows)."""
     more_text: bool = False
@@ -117,6 +139,8 @@ class SpeechRequest:
     """Earlier turns of the conversation, (role, content), as the thinker saw them (the `segments`
     layout, Qwen3-Omni: user turns become prompt rows; system and assistant turns are dropped, as
     the reference drops them). The `tts` layout takes none."""
+    clone: ClonedVoice | None = field(default=None, compare=False)
+    """A cloned voice instead of a built-in speaker (`voice` is then only its name)."""
     media: np.ndarray | None = field(default=None, compare=False)
     """The thinker's hidden states [rows, width] of the media placeholders (audio, image, video pad
     tokens) in the context's user turns, one row per placeholder in order (the `segments` layout)."""

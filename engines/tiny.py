@@ -7,9 +7,13 @@ from pathlib import Path
 from engines.registry import family
 
 
-def build_tiny(out: Path | str, seed: int, variant: int = 0, *, family_name: str = "qwen3_tts") -> Path:
-    """A tiny checkpoint of `family_name`, shape variant `variant`; deterministic from `seed`."""
-    return family(family_name).build_tiny(out, seed, variant)
+def build_tiny(out: Path | str, seed: int, variant: int = 0, *, family_name: str = "qwen3_tts",
+               kind: str | None = None) -> Path:
+    """A tiny checkpoint of `family_name`, shape variant `variant`; deterministic from `seed`.
+    `kind`: the family's checkpoint kind (qwen3_tts: custom_voice or base); None = its default."""
+    if kind is None:
+        return family(family_name).build_tiny(out, seed, variant)
+    return family(family_name).build_tiny(out, seed, variant, kind=kind)
 
 
 def build_real_dims(out: Path | str, seed: int, *, family_name: str = "qwen3_tts") -> Path:

@@ -29,15 +29,17 @@ def build_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def checkpoints(build_dir):
-    """checkpoints(variant, seed=0) -> a tiny checkpoint directory (built once)."""
+    """checkpoints(variant, seed=0, kind="custom_voice") -> a tiny checkpoint directory (built once;
+    kind "base": a Base checkpoint, for voice cloning)."""
     from engines.tiny import build_tiny
 
-    cache: dict[tuple[int, int], Path] = {}
+    cache: dict[tuple[int, int, str], Path] = {}
 
-    def get(variant: int, seed: int = 0) -> Path:
-        key = (variant, seed)
+    def get(variant: int, seed: int = 0, kind: str = "custom_voice") -> Path:
+        key = (variant, seed, kind)
         if key not in cache:
-            cache[key] = build_tiny(build_dir / f"ckpt-v{variant}-s{seed}", seed, variant)
+            suffix = "" if kind == "custom_voice" else f"-{kind}"
+            cache[key] = build_tiny(build_dir / f"ckpt-v{variant}-s{seed}{suffix}", seed, variant, kind=kind)
         return cache[key]
 
     return get
@@ -45,16 +47,16 @@ def checkpoints(build_dir):
 
 @pytest.fixture(scope="session")
 def artifacts(build_dir, checkpoints):
-    """artifacts(variant, seed=0) -> an exported artifact directory (exported once)."""
+    """artifacts(variant, seed=0, kind="custom_voice") -> an exported artifact directory (exported once)."""
     from engines.export import export
 
-    cache: dict[tuple[int, int], Path] = {}
+    cache: dict[tuple[int, int, str], Path] = {}
 
-    def get(variant: int, seed: int = 0) -> Path:
-        key = (variant, seed)
+    def get(variant: int, seed: int = 0, kind: str = "custom_voice") -> Path:
+        key = (variant, seed, kind)
         if key not in cache:
-            out = build_dir / f"art-v{variant}-s{seed}"
-            export(checkpoints(variant, seed), out, max_batch=4, max_seq=256)
+            out = build_dir / (f"art-v{variant}-s{seed}" + ("" if kind == "custom_voice" else f"-{kind}"))
+            export(checkpoints(variant, seed, kind), out, max_batch=4, max_seq=256)
             cache[key] = out
         return cache[key]
 
@@ -79,15 +81,16 @@ def backend():
 
 @pytest.fixture(scope="session")
 def tiny_reference(checkpoints):
-    """tiny_reference(variant=0, seed=0) -> the qwen-tts `Qwen3TTSModel` of that checkpoint, loaded once."""
+    """tiny_reference(variant=0, seed=0, kind="custom_voice") -> the qwen-tts `Qwen3TTSModel` of that
+    checkpoint, loaded once."""
     from engines.qwen3_tts.reference import load_reference
 
     loaded: dict = {}
 
-    def get(variant: int = 0, seed: int = 0):
-        key = (variant, seed)
+    def get(variant: int = 0, seed: int = 0, kind: str = "custom_voice"):
+        key = (variant, seed, kind)
         if key not in loaded:
-            loaded[key] = load_reference(checkpoints(variant, seed))
+            loaded[key] = load_reference(checkpoints(variant, seed, kind))
         return loaded[key]
 
     return get

@@ -58,7 +58,8 @@ class Core:
     def prepare(self, request: SpeechRequest, slot: int, streamed: Streamed | None = None) -> Member:
         """Prefill `request` (a stream: its committed text so far) into `slot` and start its vocoder stream."""
         member = self.talker.prepare(request, slot, streamed)
-        self.vocoder.prepare(slot)
+        clone = request.clone
+        self.vocoder.prepare(slot, clone.ref_codes if clone is not None and clone.icl else None)
         return member
 
     def text_stream(self) -> TextStream:

@@ -21,10 +21,12 @@ class PromptError(ValueError):
 
 @dataclass(frozen=True)
 class Lookup:
-    """Rows of a host table, by id."""
+    """Rows of a host table, by id; of table[index] when the table is a stack (the code
+    predictor's codec embeddings, one per residual group)."""
 
     table: str
     ids: tuple[int, ...]
+    index: int | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -101,7 +103,8 @@ def _write(blocks: tuple[Block, ...], tables: Mapping[str, np.ndarray], out: np.
             return
         for i, part in enumerate(block.parts):
             if isinstance(part, Lookup):
-                source = tables[part.table][list(part.ids[:len(rows)])]
+                table = tables[part.table] if part.index is None else tables[part.table][part.index]
+                source = table[list(part.ids[:len(rows)])]
             elif isinstance(part, Projected):
                 source = part.project(part.rows[:len(rows)])
             else:

@@ -51,6 +51,7 @@ class VocoderStage:
         self.engine = backend.load(artifact.file("vocoder"))
         self.state_specs = artifact.graphs["vocoder"].state
         self.cursor = np.zeros(artifact.max_batch, dtype=np.int64)
+        self.offset = np.zeros(artifact.max_batch, dtype=np.int64)  # primed frames before the stream's own
         self.side = np.zeros(artifact.max_batch, dtype=np.int64)  # which state buffer holds the state
         self.busy_ms = np.zeros(artifact.max_batch)
         self.windows = [Window(slot) for slot in range(artifact.max_batch)]
@@ -85,13 +86,22 @@ class VocoderStage:
 
     # ---------------------------------------------------------------------------------- stage contract
 
-    def prepare(self, slot: int) -> None:
-        """A fresh stream in `slot`: zero state, cursor at frame 0."""
+    def prepare(self, slot: int, prime: np.ndarray | None = None) -> None:
+        """A fresh stream in `slot`: zero state, cursor at frame 0. `prime` [T, G]: frames decoded
+        first and not heard (a voice cloned in context: the reference's frames, as the reference
+        decodes them before the reply's and cuts their samples off)."""
         self.cursor[slot] = 0
         self.side[slot] = 0
+        self.offset[slot] = 0
         self.busy_ms[slot] = 0.0
         for state in self.states[0]:
             self.backend.zero(state[slot])
+        if prime is not None:
+            t0 = time.perf_counter()
+            for first in range(0, len(prime), self.window_frames):
+                self._decode(slot, prime[first:first + self.window_frames], first)
+            self.offset[slot] = len(prime)
+            self.busy_ms[slot] += (time.perf_counter() - t0) * 1e3
 
     def decode(self, slot: int) -> Window | None:
         """The slot's next window when it is ready (a full chunk, or the tail once the slot is closed)."""
@@ -113,16 +123,21 @@ class VocoderStage:
 
     def run(self, slot: int, cursor: int, new: int) -> None:
         """Decode frames [cursor, cursor + new) of the slot's stream into its PCM buffer, carrying its state."""
-        g = self.artifact.dims.code_groups
-        np.copyto(self.codes[: g * new].reshape(g, new), self.port.codes[slot, cursor: cursor + new].T)
-        self.start[slot][0] = cursor
+        self._decode(slot, self.port.codes[slot, cursor: cursor + new], int(self.offset[slot]) + cursor)
+        self.cursor[slot] = cursor + new
+
+    def _decode(self, slot: int, frames: np.ndarray, start: int) -> None:
+        """frames [n, G], frame `start` of the graph's stream onward, through the slot's state."""
+        g, new = self.artifact.dims.code_groups, len(frames)
+        np.copyto(self.codes[: g * new].reshape(g, new), frames.T)
+        self.start[slot][0] = start
         side = int(self.side[slot])
         self.plans[(slot, side, new)].run()
         self.side[slot] = 1 - side
-        self.cursor[slot] = cursor + new
 
     def reset(self) -> None:
         self.cursor[:] = 0
+        self.offset[:] = 0
         self.side[:] = 0
 
     def diagnostics(self, slot: int) -> dict:

@@ -17,13 +17,13 @@ def export(checkpoint: Path | str, out: Path | str, *, max_batch: int = 4, max_s
     return run(Path(checkpoint), Path(out), max_batch=max_batch, max_seq=max_seq)
 
 
-def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
+def build_tiny(out: Path | str, seed: int, variant: int = 0, kind: str = "custom_voice") -> Path:
     from engines.qwen3_tts.tiny import build_tiny as run
 
-    return run(out, seed, variant)
+    return run(out, seed, variant, kind)
 
 
-def build_real_dims(out: Path | str, seed: int) -> Path:
+def build_real_dims(out: Path | str, seed: int, kind: str = "custom_voice") -> Path:
     from engines.qwen3_tts.tiny import build_real_dims as run
 
-    return run(out, seed)
+    return run(out, seed, kind)

@@ -58,8 +58,9 @@ class Qwen3TTSConfig:
         if cp.get("num_code_groups", t["num_code_groups"]) != t["num_code_groups"]:
             raise ValueError("config.json: code_predictor_config.num_code_groups differs from the talker's")
         model_type = cfg.get("tts_model_type") or "custom_voice"
-        if model_type not in ("custom_voice", "voice_design"):
-            raise ValueError(f"config.json: tts_model_type {model_type!r} is not supported (custom_voice, voice_design)")
+        if model_type not in ("custom_voice", "voice_design", "base"):
+            raise ValueError(f"config.json: tts_model_type {model_type!r} is not supported "
+                             f"(custom_voice, voice_design, base)")
         size = cfg.get("tts_model_size")
         gen = _read_json(checkpoint / "generation_config.json") if (checkpoint / "generation_config.json").exists() else {}
         dialects = t.get("spk_is_dialect") or {}

@@ -81,6 +81,43 @@ def reference_synthesize(
     `speaker=None` leaves the speaker row out of the prompt (the wrapper accepts it). `instruct` is
     dropped by the wrapper when the checkpoint's tts_model_size is "0b6".
     """
+    kwargs = _generate_kwargs(max_frames, greedy, repetition_penalty)
+    return _capturing(model, seed, lambda: model.generate_custom_voice(
+        text=text, speaker=speaker, language=language, instruct=instruct,
+        non_streaming_mode=non_streaming_mode, **kwargs))
+
+
+def reference_clone(
+    model: Any,
+    text: str,
+    ref_audio: np.ndarray,
+    ref_text: str | None,
+    *,
+    language: str = "auto",
+    max_frames: int,
+    greedy: bool = True,
+    non_streaming_mode: bool = False,
+    seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Clone the voice of `ref_audio` (float32, 24 kHz mono) with the reference's own
+    `create_voice_clone_prompt` + `generate_voice_clone`: x-vector only when `ref_text` is None,
+    in-context (ICL) otherwise. `non_streaming_mode` defaults to the wrapper's own default for
+    cloning (False: the dual-track text layout).
+
+    Returns (codes [N, G] of the new speech, its pcm (the wrapper's cut after decoding the reference
+    codes and the new ones together), the x-vector [H], the reference codes [T, G] or None)."""
+    x_vector_only = ref_text is None
+    (item,) = model.create_voice_clone_prompt(ref_audio=(ref_audio, 24000), ref_text=ref_text,
+                                              x_vector_only_mode=x_vector_only)
+    kwargs = _generate_kwargs(max_frames, greedy, None)
+    codes, pcm = _capturing(model, seed, lambda: model.generate_voice_clone(
+        text=text, language=language, voice_clone_prompt=[item], non_streaming_mode=non_streaming_mode, **kwargs))
+    xvector = item.ref_spk_embedding.detach().cpu().float().numpy()
+    ref_codes = None if item.ref_code is None else item.ref_code.detach().cpu().to(torch.int64).numpy()
+    return codes, pcm, xvector, ref_codes
+
+
+def _generate_kwargs(max_frames: int, greedy: bool, repetition_penalty: float | None) -> dict[str, Any]:
     if max_frames < 1:
         raise ValueError("max_frames must be >= 1")
     kwargs: dict[str, Any] = {"max_new_tokens": max_frames + 1}
@@ -89,7 +126,12 @@ def reference_synthesize(
         kwargs["repetition_penalty"] = 1.0 if repetition_penalty is None else repetition_penalty
     elif repetition_penalty is not None:
         kwargs["repetition_penalty"] = repetition_penalty
+    return kwargs
 
+
+def _capturing(model: Any, seed: int | None, call) -> tuple[np.ndarray, np.ndarray]:
+    """Run `call()` (one utterance through the wrapper), capturing the talker codes its `generate`
+    returns (the wrapper throws them away): (codes [N, G], pcm)."""
     captured: list[list[torch.Tensor]] = []
     inner = model.model
     generate = inner.generate
@@ -103,10 +145,7 @@ def reference_synthesize(
     try:
         if seed is not None:
             torch.manual_seed(seed)
-        wavs, _ = model.generate_custom_voice(
-            text=text, speaker=speaker, language=language, instruct=instruct,
-            non_streaming_mode=non_streaming_mode, **kwargs,
-        )
+        wavs, _ = call()
     finally:
         del inner.generate
     if len(captured) != 1 or len(captured[0]) != 1:

@@ -1,6 +1,6 @@
-"""Tiny random-weight Qwen3-TTS (12 Hz, CustomVoice) checkpoints, built with qwen-tts's own classes.
+"""Tiny random-weight Qwen3-TTS (12 Hz, CustomVoice or Base) checkpoints, built with qwen-tts's own classes.
 
-`build_tiny(out_dir, seed, variant)` writes a checkpoint directory in the real layout, which
+`build_tiny(out_dir, seed, variant, kind)` writes a checkpoint directory in the real layout, which
 `qwen_tts.Qwen3TTSModel.from_pretrained(out_dir)` loads offline:
 
     config.json  model.safetensors  generation_config.json
@@ -134,30 +134,38 @@ REAL_0_6B = Dims(
 # ----------------------------------------------------------------------------------- public API
 
 
-def build_tiny(out_dir: Path | str, seed: int, variant: int = 0) -> Path:
-    """Write a tiny random Qwen3-TTS CustomVoice checkpoint of `VARIANTS[variant]` to `out_dir`.
+KINDS = ("custom_voice", "base")
+"""custom_voice: built-in speakers (rows of the codec embedding). base: no built-in speakers, a
+speaker encoder (ECAPA-TDNN) for voice cloning; the speech tokenizer's encoder serves both."""
 
-    Deterministic: the same (seed, variant) gives byte-identical files. Returns `out_dir`.
+
+def build_tiny(out_dir: Path | str, seed: int, variant: int = 0, kind: str = "custom_voice") -> Path:
+    """Write a tiny random Qwen3-TTS checkpoint (`kind` CustomVoice or Base) of `VARIANTS[variant]`
+    to `out_dir`.
+
+    Deterministic: the same (seed, variant, kind) gives byte-identical files. Returns `out_dir`.
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown tiny variant {variant!r}; known: {sorted(VARIANTS)}")
-    return _build(Path(out_dir), seed, VARIANTS[variant], tag=str(variant))
+    return _build(Path(out_dir), seed, VARIANTS[variant], tag=str(variant), kind=kind)
 
 
-def build_real_dims(out_dir: Path | str, seed: int) -> Path:
+def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice") -> Path:
     """Write a random checkpoint with the real Qwen3-TTS-12Hz-0.6B-CustomVoice sizes to `out_dir`.
 
     For benchmarks only: fp32, ~3.6 GB + 0.7 GB (speech tokenizer) on disk, ~45 s and ~5 GB RAM to
     build. Deterministic like `build_tiny`. tts_model_size is "0b6", so qwen-tts ignores `instruct`.
     Returns `out_dir`.
     """
-    return _build(Path(out_dir), seed, REAL_0_6B, tag="0.6b")
+    return _build(Path(out_dir), seed, REAL_0_6B, tag="0.6b", kind=kind)
 
 
 # ---------------------------------------------------------------------------------------- build
 
 
-def _build(out: Path, seed: int, dims: Dims, tag: str) -> Path:
+def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; known: {', '.join(KINDS)}")
     import_qwen_tts()
     from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model
     from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
@@ -172,11 +180,11 @@ def _build(out: Path, seed: int, dims: Dims, tag: str) -> Path:
         raise ValueError(f"text_vocab {text_vocab} is smaller than the tokenizer ({tok.get_vocab_size()})")
 
     config = Qwen3TTSConfig(
-        talker_config=_talker_config(dims, text_vocab),
-        speaker_encoder_config={"enc_dim": dims.hidden},
+        talker_config=_talker_config(dims, text_vocab, kind),
+        speaker_encoder_config=_speaker_encoder_config(dims),
         tokenizer_type="qwen3_tts_tokenizer_12hz",
         tts_model_size=dims.model_size,
-        tts_model_type="custom_voice",
+        tts_model_type=kind,
         im_start_token_id=ids["<|im_start|>"],
         im_end_token_id=ids["<|im_end|>"],
         tts_pad_token_id=ids["<tts_pad>"],
@@ -192,9 +200,10 @@ def _build(out: Path, seed: int, dims: Dims, tag: str) -> Path:
     model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
     del model
     # Qwen3TTSSpeakerEncoderConfig takes no **kwargs, so the `model_type` key HF serializes into it
-    # breaks loading; the real checkpoints store only these two fields.
+    # breaks loading; the real checkpoints store only enc_dim and sample_rate (the real encoder sizes
+    # are the class's defaults), tiny ones their smaller sizes too.
     saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    saved["speaker_encoder_config"] = {"enc_dim": dims.hidden, "sample_rate": SAMPLE_RATE}
+    saved["speaker_encoder_config"] = _speaker_encoder_config(dims)
     write_json(out / "config.json", saved)
     # qwen-tts reads this file as the generate defaults; HF may have written its own version.
     write_json(out / "generation_config.json", GENERATION_CONFIG)
@@ -218,7 +227,14 @@ def _build(out: Path, seed: int, dims: Dims, tag: str) -> Path:
     return out
 
 
-def _talker_config(d: Dims, text_vocab: int) -> dict:
+def _speaker_encoder_config(d: Dims) -> dict:
+    if d.real_mimi:  # the real sizes
+        return {"enc_dim": d.hidden, "sample_rate": SAMPLE_RATE}
+    return {"enc_dim": d.hidden, "sample_rate": SAMPLE_RATE, "enc_channels": [32, 32, 32, 32, 96],
+            "enc_attention_channels": 16, "enc_res2net_scale": 4, "enc_se_channels": 16}
+
+
+def _talker_config(d: Dims, text_vocab: int, kind: str) -> dict:
     half = d.head_dim // 2
     side = round(half * 20 / 64)  # the real [24, 20, 20] split of 64 rotary pairs, scaled
     code_predictor = {
@@ -239,8 +255,9 @@ def _talker_config(d: Dims, text_vocab: int) -> dict:
         "attention_bias": False, "num_code_groups": d.groups, "text_hidden_size": d.text_hidden,
         "text_vocab_size": text_vocab, "position_id_per_seconds": 13,
         **CODEC_IDS,
-        "codec_language_id": dict(LANGUAGES), "spk_id": dict(SPEAKERS),
-        "spk_is_dialect": dict(SPEAKER_DIALECT),
+        "codec_language_id": dict(LANGUAGES),
+        "spk_id": dict(SPEAKERS) if kind == "custom_voice" else {},
+        "spk_is_dialect": dict(SPEAKER_DIALECT) if kind == "custom_voice" else {},
     }
 
 

@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TEXTS, load, machine, prepare_case
+from common import TEXTS, cached, load, machine, prepare_case, unloadable
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -165,8 +165,7 @@ def main() -> int:
         frames = {"tiny": 60, "real": 16}[name]
         case = prepare_case(name, args.work, frames, 256, 0)
         fp16 = args.work / f"{case.artifact.name}-fp16"
-        if not (fp16 / "artifact.json").is_file():
-            convert_artifact(case.artifact, fp16)
+        print(cached(fp16, "fp16 twin", lambda out, src=case.artifact: convert_artifact(src, out), unloadable), flush=True)
         size = lambda d: sum(f.stat().st_size for f in d.glob("*.onnx")) / 2**20  # noqa: E731
         print(f"== {name}: graphs {size(case.artifact):.0f} MiB fp32, {size(fp16):.0f} MiB fp16", flush=True)
         for graph, measured in per_graph(case.artifact, fp16, frames).items():

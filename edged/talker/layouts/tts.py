@@ -17,6 +17,22 @@ table) and E(c) the talker's codec embedding (`codec_embedding`):
     or, the dual-track layout:
         P(t0) + E(codec_bos); text track: P(t1 .. t_last), tts_eos, then tts_pad
 
+A cloned voice (a Base checkpoint, `generate_voice_clone`) puts its x-vector in the speaker row;
+with its reference's text and codec frames too (in-context, ICL), the new text follows the
+reference's instead (R: the reference's text ids, C(f): E(code 0 of frame f) + the code predictor's
+embeddings of its other codes, summed):
+
+    all text in the prefill:
+        P(r) + E(codec_pad) for r in R + text + tts_eos, then tts_pad + E(codec_bos),
+        tts_pad + C(f) for every reference frame; text track: empty
+    or, the dual track, W = R + text + tts_eos against the codec rows (codec_bos, C(f) ...):
+        P(W[i]) + codec row i while both last (W padded with tts_pad when shorter);
+        text track: the rest of W
+
+The text layout defaults to the reference's default for the path: all text in the prefill for
+built-in speakers (generate_custom_voice), the dual track for cloned voices (generate_voice_clone);
+`dual_track` chooses either way.
+
 Dialect voices force their dialect's language id when the language is chinese or auto. Streamed
 text (`more_text`) uses the dual-track layout; its ids come from a `TextStream` over the same
 template, so they are the ids of the whole text, and the track grows as they are committed
@@ -25,12 +41,14 @@ template, so they are the ids of the whole text, and the track grows as they are
 
 from __future__ import annotations
 
+import numpy as np
+
 from edged.artifact.manifest import Manifest
-from edged.request import SpeechRequest
-from edged.talker.prompt import Block, Lookup, Prompt, PromptError
+from edged.request import ClonedVoice, SpeechRequest
+from edged.talker.prompt import Block, Given, Lookup, Prompt, PromptError
 from edged.talker.text import Streamed, TextEncoder, TextStream
 
-TEXT, CODEC = "text_projected", "codec_embedding"
+TEXT, CODEC, CP_CODEC = "text_projected", "codec_embedding", "cp_codec_embedding"
 ROLE_ROWS = 3  # <|im_start|>, assistant, \n
 TAIL_TOKENS = 5  # <|im_end|>, \n, <|im_start|>, assistant, \n: tokenized, never fed
 ASSISTANT = "<|im_start|>assistant\n"
@@ -50,13 +68,13 @@ class TtsLayout:
 
     def check(self, req: SpeechRequest) -> None:
         """Every reason to refuse a request but its text (voice, language, instruct)."""
-        self._codec_ids(req)
+        self._codec_rows(req)
 
     def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
         """Tokenize (or take a stream's committed ids) and choose the codec rows; every reason to
         refuse the request is raised here."""
         sp = self.sp
-        codec = self._codec_ids(req)
+        codec = self._codec_rows(req)
         final = streamed is None or streamed.final
         if streamed is None:
             if not req.text or not req.text.strip():
@@ -72,8 +90,11 @@ class TtsLayout:
             prefill.append(_text(self.text.ids(f"<|im_start|>user\n{req.instruct}<|im_end|>\n")))
         prefill.append(_text(role))
         pads = (sp["tts_pad"],) * (len(codec) - 2) + (sp["tts_bos"],)
-        prefill.append(Block((Lookup(TEXT, pads), Lookup(CODEC, codec[:-1]))))
-        if req.dual_track or req.more_text:
+        prefill += _rows(pads, codec[:-1])
+        dual = req.more_text or (req.dual_track if req.dual_track is not None else req.clone is not None)
+        if req.clone is not None and req.clone.icl:
+            return self._in_context(prefill, req.clone, text, dual)
+        if dual:
             prefill.append(Block((Lookup(TEXT, text[:1]), Lookup(CODEC, (sp["codec_bos"],)))))
             rest = text[1:] + ((sp["tts_eos"],) if final else ())
             return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text))
@@ -81,7 +102,29 @@ class TtsLayout:
                     Block((Lookup(TEXT, (sp["tts_pad"],)), Lookup(CODEC, (sp["codec_bos"],))))]
         return Prompt(tuple(prefill), text_tokens=len(text))
 
-    def _codec_ids(self, req: SpeechRequest) -> tuple[int, ...]:
+    def _in_context(self, prefill: list[Block], clone: ClonedVoice, text: tuple[int, ...], dual: bool) -> Prompt:
+        """The reference's text and codec frames before the new text (`generate_icl_prompt`)."""
+        sp = self.sp
+        ref = tuple(self.text.ids(f"{ASSISTANT}{clone.ref_text}<|im_end|>\n")[ROLE_ROWS:-2])
+        words = (*ref, *text, sp["tts_eos"])
+        codes = clone.ref_codes
+        assert codes is not None  # clone.icl
+        bos = Lookup(CODEC, (sp["codec_bos"],))
+        frames = (Lookup(CODEC, tuple(int(c) for c in codes[:, 0])),
+                  *(Lookup(CP_CODEC, tuple(int(c) for c in codes[:, g]), index=g - 1) for g in range(1, codes.shape[1])))
+        if not dual:
+            prefill += [Block((Lookup(TEXT, words), Lookup(CODEC, (sp["codec_pad"],) * len(words)))),
+                        Block((Lookup(TEXT, (sp["tts_pad"],)), bos)),
+                        Block((Lookup(TEXT, (sp["tts_pad"],) * len(codes)), *frames))]
+            return Prompt(tuple(prefill), text_tokens=len(text))
+        rows = 1 + len(codes)
+        padded = words + (sp["tts_pad"],) * max(0, rows - len(words))
+        prefill += [Block((Lookup(TEXT, padded[:1]), bos)), Block((Lookup(TEXT, padded[1:rows]), *frames))]
+        rest = padded[rows:]
+        return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text))
+
+    def _codec_rows(self, req: SpeechRequest) -> tuple[int | np.ndarray, ...]:
+        """The codec prefix: ids, and a cloned voice's x-vector in the speaker row."""
         m, sp = self.manifest, self.sp
         if req.context and not self.takes_context:
             raise PromptError("context: this model (layout tts) takes no conversation context")
@@ -90,7 +133,9 @@ class TtsLayout:
         if req.instruct and not m.supports_instruct:
             raise PromptError("this model does not support instruct (the reference ignores it for 0.6B CustomVoice)")
         voice = None
-        if req.voice:
+        if req.clone is not None:
+            self._check_clone(req)
+        elif req.voice:
             voice = m.speakers.get(req.voice.lower())
             if voice is None:
                 raise PromptError(f"unknown voice {req.voice!r} (known: {', '.join(sorted(m.speakers)) or 'none'})")
@@ -101,13 +146,47 @@ class TtsLayout:
         lang_id = None if language == "auto" else m.languages[language]
         if voice is not None and voice.dialect and language in ("chinese", "auto"):
             lang_id = m.languages[voice.dialect]
+        codec: list[int | np.ndarray]
         if lang_id is None:
             codec = [sp["codec_nothink"], sp["codec_think_bos"], sp["codec_think_eos"]]
         else:
             codec = [sp["codec_think"], sp["codec_think_bos"], lang_id, sp["codec_think_eos"]]
-        if voice is not None:
+        if req.clone is not None:
+            codec.append(req.clone.xvector.reshape(1, -1))
+        elif voice is not None:
             codec.append(voice.id)
         return (*codec, sp["codec_pad"], sp["codec_bos"])
+
+    def _check_clone(self, req: SpeechRequest) -> None:
+        m, clone = self.manifest, req.clone
+        assert clone is not None
+        if m.model_type != "base":
+            raise PromptError(f"this model ({m.model_type}) cannot clone voices: a Base checkpoint can")
+        if clone.xvector.shape != (m.dims.hidden,):
+            raise PromptError(f"x-vector has shape {list(clone.xvector.shape)}, the talker takes [{m.dims.hidden}]")
+        if clone.icl:
+            assert clone.ref_codes is not None
+            if clone.ref_codes.ndim != 2 or clone.ref_codes.shape[1] != m.dims.code_groups or not len(clone.ref_codes):
+                raise PromptError(f"reference codes have shape {list(clone.ref_codes.shape)}, "
+                                  f"the talker takes [frames > 0, {m.dims.code_groups}]")
+            if req.more_text:
+                raise PromptError("a voice cloned in context (with its reference text) needs the whole text: "
+                                  "it cannot take streamed text (more_text)")
+
+
+def _rows(text_ids: tuple[int, ...], codec: tuple[int | np.ndarray, ...]) -> list[Block]:
+    """Rows text_ids[i] + codec[i], as blocks of consecutive ids and one block per given vector."""
+    blocks: list[Block] = []
+    start = 0
+    for i, row in enumerate((*codec, None)):
+        if row is None or isinstance(row, np.ndarray):
+            if i > start:
+                ids = tuple(int(c) for c in codec[start:i])  # type: ignore[arg-type]
+                blocks.append(Block((Lookup(TEXT, text_ids[start:i]), Lookup(CODEC, ids))))
+            if row is not None:
+                blocks.append(Block((Lookup(TEXT, text_ids[i:i + 1]), Given(row))))
+            start = i + 1
+    return blocks
 
 
 def _text(ids) -> Block:

@@ -1,0 +1,95 @@
+"""Voice cloning against the public reference (qwen-tts 0.1.1 `generate_voice_clone`) on tiny
+random Base checkpoints of three shapes.
+
+Here the runtime takes the reference's own clone prompt (its x-vector and reference codes, from
+`create_voice_clone_prompt`), so what is checked is the prompt layout of both modes in both text
+layouts and the vocoder primed with the reference's frames: greedy codec frames equal frame for
+frame, PCM within 1e-4. (The encoders, PCM -> x-vector and PCM -> codes, are checked against the
+library in tests/engines.)
+
+The library decodes the reference's frames and the new ones together and cuts
+int(ref_frames / all_frames * samples) samples off the front, which is ref_frames * 1920 up to
+float rounding (one sample); edged cuts exactly ref_frames * 1920. The comparison allows that one
+sample: it aligns on the library's cut.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edged.artifact import load_artifact
+from edged.request import ClonedVoice, Sampling, SpeechRequest
+from edged.synth import Synthesizer
+from engines.qwen3_tts.reference import reference_clone
+
+VARIANTS = (0, 1, 2)
+PCM_TOLERANCE = 1e-4
+SPF = 1920
+
+
+def reference_audio(seconds: float, seed: int) -> np.ndarray:
+    """A deterministic stand-in for speech: a few harmonics with a slow vibrato, and noise."""
+    t = np.arange(int(seconds * 24000)) / 24000
+    rng = np.random.default_rng(seed)
+    f0 = 140 + 20 * np.sin(2 * np.pi * 3 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / 24000
+    voiced = sum(0.2 / k * np.sin(k * phase) for k in range(1, 5))
+    return (voiced + 0.02 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+CASES = [
+    # (text, reference seconds, reference text (None: x-vector only), dual track (None: the default), language, frames)
+    ("A cloned voice says hello.", 2.0, None, None, "auto", 24),
+    ("The x-vector alone, all text at once.", 1.5, None, False, "english", 20),
+    ("In context, after the reference.", 2.5, "This is the reference speaking.", None, "auto", 24),
+    ("Short.", 3.3, "A longer reference transcript than the new text has words for.", None, "english", 20),
+    ("In context with the whole text in the prefill.", 2.0, "The reference again.", False, "auto", 20),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cloned_greedy_frames_and_pcm_equal_reference(variant, artifacts, tiny_reference, backend):
+    synth = Synthesizer(load_artifact(artifacts(variant, kind="base")), backend)
+    reference = tiny_reference(variant, kind="base")
+    for i, (text, seconds, ref_text, dual, language, frames) in enumerate(CASES):
+        audio = reference_audio(seconds, seed=variant * 10 + i)
+        mode = True if dual is None else dual
+        codes, pcm, xvector, ref_codes = reference_clone(reference, text, audio, ref_text, language=language,
+                                                         max_frames=frames, non_streaming_mode=not mode)
+        voice = ClonedVoice(xvector, ref_codes, ref_text)
+        request = SpeechRequest("c", text, language=language, sampling=Sampling.greedy(), dual_track=dual,
+                                max_frames=frames, clone=voice)
+        got = synth.synthesize([request])[0]
+        case = f"variant {variant}, case {i}: {text!r} icl={voice.icl} dual={dual}"
+        assert np.array_equal(got.frames, codes), case
+        if voice.icl:
+            assert ref_codes is not None
+            total = len(ref_codes) + len(codes)
+            cut = int(len(ref_codes) / total * total * SPF)
+            assert abs(cut - len(ref_codes) * SPF) <= 1, case
+            pcm = pcm[len(ref_codes) * SPF - cut:]  # the library's cut, moved to exactly the reference's frames
+        assert got.pcm.shape == pcm.shape, case
+        assert np.abs(got.pcm - pcm).max() <= PCM_TOLERANCE, case
+
+
+def test_cloning_needs_a_base_model_and_well_shaped_prompts(artifacts, backend):
+    base = Synthesizer(load_artifact(artifacts(0, kind="base")), backend)
+    hidden, groups = base.artifact.dims.hidden, base.artifact.dims.code_groups
+    custom = Synthesizer(load_artifact(artifacts(0)), backend)
+    good = ClonedVoice(np.zeros(hidden, np.float32))
+    cases = [
+        (custom, ClonedVoice(np.zeros(custom.artifact.dims.hidden, np.float32)), {}, "cannot clone voices"),
+        (base, ClonedVoice(np.zeros(hidden + 1, np.float32)), {}, f"x-vector has shape \\[{hidden + 1}\\]"),
+        (base, ClonedVoice(np.zeros(hidden, np.float32), np.zeros((3, groups + 1), np.int64), "ref"), {},
+         "reference codes have shape"),
+        (base, ClonedVoice(np.zeros(hidden, np.float32), np.zeros((3, groups), np.int64), "ref"),
+         {"more_text": True}, "needs the whole text"),
+    ]
+    from edged.synth import RequestError
+
+    for synth, voice, extra, message in cases:
+        with pytest.raises(RequestError, match=message):
+            synth.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=voice,
+                                            **extra)])
+    assert base.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=good)])

@@ -328,6 +328,47 @@ class Client:
         assert isinstance(reply, StatusReply)
         return reply.fields
 
+    def voice_add(self, name: str, pcm: np.ndarray, sample_rate: int, *, ref_text: str | None = None,
+                  timeout_s: float | None = None) -> dict[str, Any]:
+        """Enroll a voice cloned from `pcm` (mono float samples in [-1, 1], sent as s16le) at
+        `sample_rate`: in context when `ref_text` (what it says) is given, x-vector only otherwise.
+        Returns the voice as `voices` lists it (with `encode_ms`); a refusal raises ProtocolError with
+        the daemon's reason. Encoding takes a while on a busy device: `timeout_s` (default: the
+        client's) bounds the wait."""
+        pcm = np.asarray(pcm, dtype=np.float32)
+        if pcm.ndim != 1:
+            raise ValueError(f"voice_add takes mono PCM, got shape {list(pcm.shape)}")
+        s16 = np.rint(np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2")
+        msg = protocol.VoiceAdd(name=name, sample_rate=sample_rate, samples=len(s16), format="s16le",
+                                ref_text=ref_text, id=uuid.uuid4().hex)
+        reply = self._call(protocol.encode(msg, s16.tobytes()), msg.id, f"voice_add {name!r}", timeout_s)
+        return reply.voice
+
+    def voice_remove(self, name: str) -> None:
+        """Remove an enrolled voice; ProtocolError when there is none by that name."""
+        msg = protocol.VoiceRemove(name=name, id=uuid.uuid4().hex)
+        self._call(protocol.encode(msg), msg.id, f"voice_remove {name!r}")
+
+    def voices(self) -> list[dict[str, Any]]:
+        """Every voice a speak may name: [{name, kind: "builtin" | "enrolled", ...}]."""
+        msg = protocol.Voices(id=uuid.uuid4().hex)
+        return self._call(protocol.encode(msg), msg.id, "voices").voices
+
+    def _call(self, frames: list[protocol.Buffer], id: Id | None, what: str, timeout_s: float | None = None) -> Any:
+        """Send one voice op and wait for its one reply (matched by its id); an `error` raises."""
+        assert id is not None
+        self._inbox[id] = deque()
+        timeout, self.timeout_s = self.timeout_s, timeout_s or self.timeout_s
+        try:
+            self._send(frames, what)
+            reply, _ = self._next_for(id, what)
+        finally:
+            self.timeout_s = timeout
+            del self._inbox[id]
+        if isinstance(reply, Error):
+            raise ProtocolError(reply.reason, reply.id)
+        return reply
+
     def poll(self) -> None:
         """Take in every reply that has already arrived, without waiting."""
         while self._socket.poll(0, zmq.POLLIN):

@@ -74,7 +74,7 @@ class DaemonConfig:
     """tensorrt: replay each step's plans as CUDA graphs captured at boot (false: enqueue every run)."""
     queue_limit: int = 16
     """Requests waiting for a cohort slot before new ones are rejected with reason "busy"."""
-    max_message_bytes: int = 1 << 20
+    max_message_bytes: int = 2 << 20
     """Largest client message accepted (bytes); bigger ones get an `error` reply."""
     client_queue: int = 1000
     """Replies queued for one client (beyond its own receive queue) before it counts as not reading
@@ -178,6 +178,22 @@ class HistoryConfig:
 
 
 @dataclass(frozen=True)
+class VoicesConfig:
+    """Enrolled voices (a Base artifact's clone encoder; other artifacts refuse voice_add)."""
+
+    path: str = ""
+    """SQLite file of the enrolled voices. Empty: <state dir>/voices.sqlite3."""
+    max_voices: int = 32
+    min_reference_ms: int = 1000
+    max_reference_ms: int = 30000
+    """The clone encoder's buffers are claimed at boot for this long a reference."""
+    keep_reference: bool = False
+    """Keep each reference recording in the database (by default only what the encoder made of it)."""
+    threads: int = 1
+    """Engine threads of the clone encoder (its own sessions, beside the cohort loop's)."""
+
+
+@dataclass(frozen=True)
 class SamplingConfig:
     """Defaults for requests that do not say (empty: the artifact's generation defaults)."""
 
@@ -200,6 +216,7 @@ class Config:
     vad: VadConfig = field(default_factory=VadConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    voices: VoicesConfig = field(default_factory=VoicesConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def with_overrides(self, *, artifact: str | None = None, listen: str | None = None,
@@ -243,6 +260,10 @@ class Config:
     @property
     def history_path(self) -> Path:
         return Path(self.history.path) if self.history.path else state_dir() / "history.sqlite3"
+
+    @property
+    def voices_path(self) -> Path:
+        return Path(self.voices.path) if self.voices.path else state_dir() / "voices.sqlite3"
 
     @property
     def events_endpoint(self) -> str | None:
@@ -324,6 +345,12 @@ def _validate(config, source: str) -> None:
                 raise ConfigError(f"{source}: audio.{name} must be >= 1")
         if config.latency_ms < 0:
             raise ConfigError(f"{source}: audio.latency_ms must be >= 0")
+    if isinstance(config, VoicesConfig):
+        if config.max_voices < 0 or config.threads < 0:
+            raise ConfigError(f"{source}: voices.max_voices and voices.threads must be >= 0")
+        if not 100 <= config.min_reference_ms <= config.max_reference_ms <= 30000:
+            raise ConfigError(f"{source}: voices.min_reference_ms and max_reference_ms must satisfy "
+                              f"100 <= min <= max <= 30000")
     if isinstance(config, HistoryConfig):
         if config.policy not in ("rate", "asr", "none"):
             raise ConfigError(f"{source}: history.policy must be rate, asr or none, got {config.policy!r}")

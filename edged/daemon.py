@@ -28,6 +28,7 @@ from edged.artifact import load_artifact
 from edged.audio.listener import Listener
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
+from edged.clone import VoiceEncoder
 from edged.config import Config, ConfigError
 from edged.core import Core
 from edged.history.policies import make_policy
@@ -43,6 +44,8 @@ from edged.server.events import Events
 from edged.server.replies import ClientReplies
 from edged.server.router import REPLIES, Server
 from edged.systemd import Notifier, Watchdog
+from edged.voices.service import Limits, VoiceBook, VoiceService
+from edged.voices.store import VoiceStore
 
 log = logging.getLogger("edged.daemon")
 
@@ -62,6 +65,8 @@ class Daemon:
         finally:
             if self.history is not None:
                 self.history.stop()  # its last replies go out before the server's pipe closes
+            if self.voices is not None:
+                self.voices.stop()
             loop.close()
             server.stop()
             if self.listener is not None:
@@ -91,6 +96,7 @@ class Daemon:
         self.events = Events(cfg.events_endpoint, curve=curve)
         self.speaker = self._speaker(artifact)
         self.history, recorder = self._history(artifact)
+        self.voices = self._voices(artifact)
         claimed = self._preallocate(core, recorder)
         core.warm_up()
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
@@ -100,17 +106,19 @@ class Daemon:
                       else "this daemon keeps no history")
         server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
                         frame_ms=artifact.frame_ms, history=self.history, curve=curve, no_history=no_history,
-                        client_queue=cfg.daemon.client_queue)
+                        client_queue=cfg.daemon.client_queue, voices=self.voices, no_voices=self.no_voices)
         clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
                           history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000)
-        loop.around.claimed, loop.around.history = claimed, self._history_status
+        loop.around.claimed, loop.around.history, loop.around.voices = claimed, self._history_status, self._voices_status
         self._devices(loop)
         server.start()
         if self.history is not None:
             self.history.start()
+        if self.voices is not None:
+            self.voices.start()
         log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
                  artifact.path, artifact.max_batch, time.monotonic() - t0)
         self.notifier.ready()
@@ -139,6 +147,8 @@ class Daemon:
     def _preallocate(self, core: Core, recorder: Recorder | None) -> dict[str, int]:
         """Claim every buffer; log what each part took."""
         claimed = core.preallocate()
+        if self.voices is not None:
+            claimed.update(self.voices.encoder.preallocate())
         if self.speaker is not None:
             claimed["speaker buffers"] = self.speaker.claimed_bytes
         if recorder is not None:
@@ -207,6 +217,31 @@ class Daemon:
         if policy is not None and policy.requires_audio:
             recorder = Recorder(artifact.max_batch, h.max_reply_audio_ms * artifact.sample_rate // 1000)
         return history, recorder
+
+    def _voices(self, artifact) -> VoiceService | None:
+        """The voice thread, when the artifact has a clone encoder and its database opens; otherwise
+        voice ops get `error` saying why (`no_voices`), and the daemon serves on."""
+        v = self.config.voices
+        self.no_voices = "this model cannot clone voices (its artifact has no clone encoder: export a Base checkpoint)"
+        if "speaker_encoder" not in artifact.graphs:
+            return None
+        try:
+            store = VoiceStore(self.config.voices_path, artifact)
+        except (sqlite3.Error, OSError) as exc:
+            self.no_voices = f"enrolled voices unavailable ({self.config.voices_path}: {exc})"
+            log.error("%s", self.no_voices)
+            return None
+        encoder = VoiceEncoder(artifact, make_backend(self.config.daemon.backend, v.threads), max_ms=v.max_reference_ms)
+        limits = Limits(v.max_voices, v.min_reference_ms, v.max_reference_ms, v.keep_reference)
+        service = VoiceService(artifact, encoder, store, VoiceBook(), limits, context=zmq.Context.instance(),
+                               replies=REPLIES)
+        log.info("voices: %s (%d enrolled)", store.path, len(service.book.voices))
+        return service
+
+    def _voices_status(self) -> dict[str, Any]:
+        if self.voices is None:
+            return {"state": "off", "why": self.no_voices}
+        return {"state": "on", **self.voices.status()}
 
     def _history_status(self) -> dict[str, Any]:
         if self.history is None:

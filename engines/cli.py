@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", default="0", help="shape variant: 0..3 (qwen3_omni: 0..2), or real (also 0.6b) for "
                                                   "the real dimensions: Qwen3-TTS 0.6B; Qwen3-Omni's talker widths "
                                                   "with 6 of its 20 layers")
+    p.add_argument("--kind", choices=["custom_voice", "base"], default=None,
+                   help="qwen3_tts: custom_voice (built-in speakers, the default) or base (voice cloning: a speaker "
+                        "encoder, no built-in speakers)")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(run=_tiny)
 
@@ -72,12 +75,15 @@ def _tiny(args: argparse.Namespace) -> int:
     from engines.registry import family
 
     module = family(args.family)
+    kind = {} if args.kind is None else {"kind": args.kind}
+    if kind and args.family != "qwen3_tts":
+        raise SystemExit(f"edged-engines tiny: --kind is for qwen3_tts checkpoints, not {args.family}")
     if args.variant in ("real", "0.6b"):
         if not hasattr(module, "build_real_dims"):
             raise SystemExit(f"edged-engines tiny: family {args.family} has no real-dimension checkpoint (variant real)")
-        module.build_real_dims(args.out, args.seed)
+        module.build_real_dims(args.out, args.seed, **kind)
     else:
-        module.build_tiny(args.out, args.seed, int(args.variant))
+        module.build_tiny(args.out, args.seed, int(args.variant), **kind)
     print(args.out)
     return 0
 
@@ -117,13 +123,17 @@ def _quantize(args: argparse.Namespace) -> int:
 
 
 def _builtin(args: argparse.Namespace) -> int:
-    """The demo artifact: tiny qwen3_tts variant 0, seed 0, batch 4, 512 KV slots (about 40 s of audio)."""
+    """The demo artifact: tiny qwen3_tts variant 0, seed 0, batch 4, 512 KV slots (about 40 s of audio),
+    CustomVoice, with the clone encoder of its Base twin (the same speech tokenizer) so that voices
+    can be enrolled on a fresh install."""
     from engines.export import export
+    from engines.qwen3_tts.artifact import add_clone_encoder
     from engines.tiny import build_tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         build_tiny(Path(tmp) / "ckpt", 0, 0)
         export(Path(tmp) / "ckpt", args.out, max_batch=4, max_seq=512)
+        add_clone_encoder(args.out, build_tiny(Path(tmp) / "base", 0, 0, kind="base"))
     print(args.out)
     return 0
 

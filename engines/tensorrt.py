@@ -41,11 +41,14 @@ PROFILES: dict[str, list[Profile]] = {
                         ANY: {0: "B"}}],  # a pass: R new rows per member, the last V of them verified
     "code_predictor_draft": [{"heads": {0: "D"}, "noise": {0: "B", 1: "D"}, ANY: {0: "B"}}],
     "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
+    "speaker_encoder": [{"pcm": {0: "1", 1: "N"}}],  # a reference recording, 1-30 s
+    "codec_encoder": [{"pcm": {0: "1", 1: "N"}}],
 }
 """graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
 (max_seq), L slots a decode attends (64..max_seq), R code-predictor pass rows (1..8: 2 in a frame's
 first pass, 1 + drafts after it), V rows a pass verifies (1 + drafts), D drafted groups (1..7), G
-code-predictor cache slots (code groups), F vocoder frames, 1 exactly one."""
+code-predictor cache slots (code groups), F vocoder frames, N reference samples (the clone encoder:
+0.1 s to voices.max_reference_ms's most, 30 s), 1 exactly one."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
 TACTIC_DRAM = 2 << 30
@@ -54,14 +57,15 @@ on an 8 GB Orin shares DRAM with the OS and the running daemon)."""
 
 
 def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_frames: int = 1,
-          ) -> dict[str, tuple[int, int, int]]:
+          sample_rate: int = 24000) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per size role."""
     b, s, g = limits["max_batch"], limits["max_seq"], code_groups
     window = max(chunk_frames, first_chunk_frames)
     return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "L": (min(64, s), min(64, s), s),
             "R": (1, 1, max(2, min(MAX_WINDOW, g - 1))), "V": (1, 1, max(1, min(MAX_WINDOW, g - 1))),
             "D": (1, 1, max(1, min(MAX_WINDOW - 1, g - 2))), "G": (g, g, g),
-            "F": (1, chunk_frames, window), "1": (1, 1, 1)}
+            "F": (1, chunk_frames, window), "N": (sample_rate // 10, 10 * sample_rate, 30 * sample_rate),
+            "1": (1, 1, 1)}
 
 
 def profiles(role: str) -> list[Profile]:
@@ -133,7 +137,8 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
     manifest = json.loads((artifact / "artifact.json").read_text())
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
-    by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames)
+    by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames,
+                    manifest["audio"]["sample_rate"])
     written = []
     for role in manifest["tensors"]:
         onnx_path = artifact / manifest["files"][role]

@@ -9,7 +9,8 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 2. plans: `edged-engines plans` for a copy of the artifact (fp32, TF32 off);
 3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
    path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
-4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR; then the same
+4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR; the clone encoder
+   (voice cloning): x-vectors and reference codes against ONNX Runtime's; then the same
    cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
@@ -110,6 +111,39 @@ def synthesize(artifact: Path, backend_name: str, cuda_graphs: bool = True) -> l
         return Synthesizer(load_artifact(artifact), backend).synthesize(requests)
     finally:
         backend.close()
+
+
+def clone_encoder(artifact: Path, backend_name: str, summary: Summary) -> None:
+    """The clone encoder (voice cloning) on this backend against ONNX Runtime: x-vectors and reference
+    codes of references of 1, 10 and 30 s, and the time each takes."""
+    from edged.clone import VoiceEncoder
+
+    if "speaker_encoder" not in load_artifact(artifact).graphs:
+        summary.add("clone encoder", None, "the artifact has none")
+        return
+    results = {}
+    for name in ("onnxruntime", backend_name):
+        backend = make_backend(name, threads=1)
+        try:
+            encoder = VoiceEncoder(load_artifact(artifact), backend)
+            encoder.preallocate()
+            runs = []
+            for seconds in (1, 10, 30):
+                t = np.arange(seconds * 24000) / 24000
+                pcm = (0.3 * np.sin(2 * np.pi * 150 * t) * np.sin(2 * np.pi * 2 * t)).astype(np.float32)
+                t0 = time.perf_counter()
+                voice = encoder.encode(pcm, "the reference")
+                runs.append((voice, time.perf_counter() - t0))
+            results[name] = runs
+        finally:
+            backend.close()
+    err = max(float(np.abs(a.xvector - b.xvector).max() / np.abs(a.xvector).max())
+              for (a, _), (b, _) in zip(results["onnxruntime"], results[backend_name]))
+    codes = all(np.array_equal(a.ref_codes, b.ref_codes) for (a, _), (b, _) in zip(results["onnxruntime"],
+                                                                                     results[backend_name]))
+    took = ", ".join(f"{s} s: {t * 1e3:.0f} ms" for s, (_, t) in zip((1, 10, 30), results[backend_name]))
+    summary.add("clone encoder", err <= 1e-3 and codes,
+                f"x-vector max rel err {err:.1e}, reference codes equal: {codes}; encode {took}")
 
 
 def parity(artifact: Path, backend: str, summary: Summary, label: str, reference: list | None = None) -> list:
@@ -268,6 +302,7 @@ def main() -> int:
     if plans(artifact, args.backend, summary, "plans (fp32)"):
         backend_tests(artifact, args.backend, summary)
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
+        clone_encoder(artifact, args.backend, summary)
         cuda_graphs(artifact, args.backend, summary)
         if args.fp16:
             fp16 = work / "fp16"

@@ -55,6 +55,10 @@ REQUESTS = [
     History(session="s", wait=True),
     History(session="s", wait=True, close=True),
     Status(),
+    protocol.VoiceRemove(name="me"),
+    protocol.VoiceRemove(name="me", id="v1"),
+    protocol.Voices(),
+    protocol.Voices(id=3),
 ]
 
 REPLIES = [
@@ -75,6 +79,9 @@ REPLIES = [
     (StatusReply(), None),
     (Error(reason="bad"), None),
     (Error(reason="bad", id="r1"), None),
+    (protocol.VoiceAdded(name="me", voice={"name": "me", "kind": "enrolled", "mode": "icl"}, id="v1"), None),
+    (protocol.VoiceRemoved(name="me"), None),
+    (protocol.VoicesReply(voices=[{"name": "vivian", "kind": "builtin"}], id=3), None),
 ]
 
 
@@ -92,8 +99,19 @@ def test_reply_round_trip(msg, pcm):
     assert decode_reply(frames) == (msg, pcm)
 
 
+def test_voice_add_carries_its_recording():
+    pcm = np.array([0, 100, -100], "<i2").tobytes()
+    msg = protocol.VoiceAdd(name="me", sample_rate=16000, samples=3, format="s16le", ref_text="hi", id="v1")
+    frames = encode(msg, pcm)
+    assert decode(frames, max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES) == (msg, pcm)
+    with pytest.raises(ProtocolError, match=r"voice_add: binary frame has 4 bytes, expected 6 \(3 samples of s16le\)"):
+        decode([frames[0], b"0000"], max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES)
+    with pytest.raises(ProtocolError, match=r"voice_add: missing the binary frame \(3 samples of s16le\)"):
+        decode([frames[0]], max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES)
+
+
 def test_every_op_has_a_round_trip():
-    assert {m.op for m in REQUESTS} == set(protocol.REQUESTS)
+    assert {m.op for m in REQUESTS} | {"voice_add"} == set(protocol.REQUESTS)
     assert {type(m) for m, _ in REPLIES} == set(protocol.REPLIES.values())
 
 
@@ -148,7 +166,8 @@ MALFORMED = [
     (pack("speak"), "header must be a msgpack map, got str 'speak'", None),
     (pack({"id": "r1", "text": "hi"}), "header has no 'op' field", "r1"),
     (pack({"op": 3}), "'op' must be a string, got int 3", None),
-    (pack({"op": "speek", "id": "r1"}), "unknown op 'speek' (known: speak, text, cancel, ack, turn, history, status)",
+    (pack({"op": "speek", "id": "r1"}),
+     "unknown op 'speek' (known: speak, text, cancel, ack, turn, history, status, voice_add, voice_remove, voices)",
      "r1"),
     (pack({"op": "accepted", "id": "r1"}), "unknown op 'accepted'", "r1"),
     # missing fields
@@ -249,7 +268,7 @@ def test_oversized_is_rejected_before_unpacking(monkeypatch):
 
     monkeypatch.setattr(protocol.msgpack, "unpackb", unpack)
     blob = b"\x00" * (64 << 20)
-    with pytest.raises(ProtocolError, match=r"message too large: 67108864 bytes \(max 1048576\)"):
+    with pytest.raises(ProtocolError, match=r"message too large: 67108864 bytes \(max 2097152\)"):
         decode([blob], max_bytes=protocol.DEFAULT_MAX_MESSAGE_BYTES)
     # all frames count, and the limit is the caller's
     with pytest.raises(ProtocolError, match=r"message too large: 1001 bytes \(max 1000\)"):

@@ -35,9 +35,21 @@ def write_wav(path: Path | str, pcm: np.ndarray, sample_rate: int) -> None:
 
 
 def read_wav(path: Path | str) -> tuple[np.ndarray, int]:
-    """16-bit mono WAV -> (float32 samples, sample rate)."""
-    with wave.open(str(path), "rb") as w:
-        if w.getsampwidth() != 2 or w.getnchannels() != 1:
-            raise ValueError(f"{path}: expected 16-bit mono WAV")
-        data = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-        return data.astype(np.float32) / 32767.0, w.getframerate()
+    """A PCM WAV file (8-, 16-, 24- or 32-bit integer samples, any channel count) -> (float32 mono
+    samples in [-1, 1], the channels averaged; sample rate). Raises ValueError naming what is wrong."""
+    try:
+        with wave.open(str(path), "rb") as w:
+            width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+            raw = w.readframes(w.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise ValueError(f"{path}: not a PCM WAV file ({exc})") from exc
+    if width == 1:
+        data = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 3:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        data = ((b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8).astype(np.float32) / 8388608.0
+    elif width in (2, 4):
+        data = np.frombuffer(raw, f"<i{width}").astype(np.float32) / (32767.0 if width == 2 else 2147483648.0)
+    else:
+        raise ValueError(f"{path}: {8 * width}-bit samples are not supported (8, 16, 24 or 32-bit PCM)")
+    return data.reshape(-1, channels).mean(axis=1, dtype=np.float32), rate

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from edged.artifact import ArtifactError, load_artifact
-from edged.audio.wav import write_wav
+from edged.audio.wav import read_wav, write_wav
 from edged.backends import EngineError, make_backend
-from edged.request import Sampling, SamplingError, SpeechRequest
+from edged.clone import BadReference, VoiceEncoder, reference_pcm
+from edged.clone.reference import MAX_REFERENCE_MS, MIN_REFERENCE_MS
+from edged.request import ClonedVoice, Sampling, SamplingError, SpeechRequest
 from edged.synth import RequestError, Synthesizer
 
 EXIT_BAD_INPUT = 2
@@ -33,8 +35,15 @@ def add_parser(commands) -> None:
                    help="code-predictor speculative verify window: 0 = off, 2..8 (frames are unchanged when greedy, "
                         "the distribution when sampling)")
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
-    p.add_argument("--dual-track", "--streaming-text", dest="dual_track", action="store_true",
-                   help="the dual-track layout: one text token per frame beside the codec track")
+    p.add_argument("--dual-track", "--streaming-text", dest="dual_track", action="store_const", const=True,
+                   default=None, help="the dual-track layout: one text token per frame beside the codec track "
+                                      "(the default with --ref-audio, as the reference clones)")
+    p.add_argument("--whole-text", dest="dual_track", action="store_const", const=False,
+                   help="all text in the prefill (the default for built-in speakers)")
+    p.add_argument("--ref-audio", type=Path, default=None, metavar="WAV",
+                   help="clone the voice of this recording (a PCM WAV, 1-30 s; Base artifacts): x-vector only, or "
+                        "in context with --ref-text")
+    p.add_argument("--ref-text", default=None, help="what --ref-audio says: clone in context (ICL)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
     p.add_argument("--threads", type=int, default=0, help="engine threads (0: all cores)")
     p.set_defaults(run=run)
@@ -46,15 +55,19 @@ def run(args: argparse.Namespace) -> int:
         sampling = Sampling.greedy() if args.greedy else Sampling.defaults(artifact.sampling)
         overrides = {"cp_spec_verify_size": args.cp_spec_verify} | ({"seed": args.seed} if args.seed is not None else {})
         sampling = sampling.with_overrides(overrides)
-        request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
-                                instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
-                                max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text))
+        if args.ref_text is not None and args.ref_audio is None:
+            raise RequestError("--ref-text needs --ref-audio")
         backend = make_backend(args.backend, args.threads)
         try:
+            clone = _clone(artifact, backend, args.ref_audio, args.ref_text) if args.ref_audio else None
+            request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
+                                    instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
+                                    max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text),
+                                    clone=clone)
             result = Synthesizer(artifact, backend).synthesize([request])[0]
         finally:
             backend.close()
-    except (ArtifactError, EngineError, RequestError, SamplingError) as exc:
+    except (ArtifactError, EngineError, RequestError, SamplingError, BadReference) as exc:
         print(f"edged synth: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     write_wav(args.out, result.pcm, artifact.sample_rate)
@@ -64,3 +77,17 @@ def run(args: argparse.Namespace) -> int:
             "samples_per_frame": artifact.samples_per_frame}))
     print(json.dumps(result.report))
     return 0
+
+
+def _clone(artifact, backend, path: Path, ref_text: str | None) -> ClonedVoice:
+    """The voice of the recording at `path`, through the artifact's clone encoder."""
+    try:
+        pcm, rate = read_wav(path)
+    except OSError as exc:
+        raise BadReference(f"--ref-audio {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise BadReference(f"--ref-audio {exc}") from exc
+    encoder = VoiceEncoder(artifact, backend)
+    encoder.preallocate()
+    pcm = reference_pcm(pcm, rate, artifact.sample_rate, min_ms=MIN_REFERENCE_MS, max_ms=MAX_REFERENCE_MS)
+    return encoder.encode(pcm, ref_text)

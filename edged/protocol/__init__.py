@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from edged.protocol.checks import (
+    ARRAY,
     BOOL,
     BYTES_PER_SAMPLE,
     CONTEXT,
@@ -152,6 +153,41 @@ class Status:
     op: ClassVar[str] = "status"
 
 
+@dataclass(frozen=True)
+class VoiceAdd:
+    """Enroll a voice cloned from a reference recording, carried in the binary frame (mono PCM):
+    answered by `voice_added` once it is encoded and stored, or `error`."""
+
+    op: ClassVar[str] = "voice_add"
+    name: str = field(metadata=STR)
+    sample_rate: int = field(metadata=INT_GT0)
+    samples: int = field(metadata=INT_GT0)
+    """Number of samples in the binary frame (samples x bytes per sample)."""
+    format: str = field(default="f32le", metadata=FORMAT)
+    ref_text: str | None = field(default=None, metadata=OPT_STR)
+    """What the recording says: the voice is cloned in context (ICL); without it, x-vector only."""
+    id: Id | None = field(default=None, metadata=OPT_ID)
+    """Echoed in the reply (and an `error`), to match them up."""
+
+    def frame_bytes(self) -> int:
+        return self.samples * BYTES_PER_SAMPLE[self.format]
+
+
+@dataclass(frozen=True)
+class VoiceRemove:
+    op: ClassVar[str] = "voice_remove"
+    name: str = field(metadata=STR)
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
+@dataclass(frozen=True)
+class Voices:
+    """List the voices a speak may name: the artifact's speakers and the enrolled voices."""
+
+    op: ClassVar[str] = "voices"
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
 # --- server -> client
 
 
@@ -216,6 +252,30 @@ class StatusReply:
 
 
 @dataclass(frozen=True)
+class VoiceAdded:
+    op: ClassVar[str] = "voice_added"
+    name: str = field(metadata=STR)
+    voice: dict[str, Any] = field(default_factory=dict, metadata=MAP)
+    """The voice as `voices` lists it."""
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
+@dataclass(frozen=True)
+class VoiceRemoved:
+    op: ClassVar[str] = "voice_removed"
+    name: str = field(metadata=STR)
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
+@dataclass(frozen=True)
+class VoicesReply:
+    op: ClassVar[str] = "voices"
+    voices: list[dict[str, Any]] = field(metadata=ARRAY)
+    """[{name, kind: "builtin" | "enrolled", ...}], built-in speakers first, then by name."""
+    id: Id | None = field(default=None, metadata=OPT_ID)
+
+
+@dataclass(frozen=True)
 class Error:
     """A message the server could not understand; the server carries on."""
 
@@ -224,12 +284,14 @@ class Error:
     id: Id | None = field(default=None, metadata=OPT_ID)
 
 
-Request = Speak | Text | Cancel | Ack | Turn | History | Status
-Reply = Accepted | Rejected | Audio | Done | HistoryReply | StatusReply | Error
+Request = Speak | Text | Cancel | Ack | Turn | History | Status | VoiceAdd | VoiceRemove | Voices
+Reply = Accepted | Rejected | Audio | Done | HistoryReply | StatusReply | VoiceAdded | VoiceRemoved | VoicesReply | Error
 Message = Request | Reply
 
-REQUESTS: dict[str, type] = {c.op: c for c in (Speak, Text, Cancel, Ack, Turn, History, Status)}
-REPLIES: dict[str, type] = {c.op: c for c in (Accepted, Rejected, Audio, Done, HistoryReply, StatusReply, Error)}
+REQUESTS: dict[str, type] = {c.op: c for c in (Speak, Text, Cancel, Ack, Turn, History, Status, VoiceAdd, VoiceRemove,
+                                               Voices)}
+REPLIES: dict[str, type] = {c.op: c for c in (Accepted, Rejected, Audio, Done, HistoryReply, StatusReply, VoiceAdded,
+                                              VoiceRemoved, VoicesReply, Error)}
 
 
 # --- framing
@@ -354,13 +416,13 @@ def _validate(table: dict[str, type], header: dict, num_frames: int, pcm_bytes: 
 
 def _check_frame(msg: Message, got: int | None) -> None:
     """The binary frame is there exactly when the header says it is, with the size it says."""
-    want = msg.frame_bytes() if isinstance(msg, (Audio, Speak)) else None
+    want = msg.frame_bytes() if isinstance(msg, (Audio, Speak, VoiceAdd)) else None
     if want is None:
         if got is not None:
             carries = " (speak carries one only with media)" if isinstance(msg, Speak) else ""
             raise ProtocolError(f"unexpected binary frame: {msg.op} carries none{carries}")
         return
-    what = (f"{msg.samples} samples of {msg.format}" if isinstance(msg, Audio)
+    what = (f"{msg.samples} samples of {msg.format}" if isinstance(msg, (Audio, VoiceAdd))
             else f"media {msg.media['dtype']} {msg.media['shape']}")  # type: ignore[union-attr,index]
     if got is None:
         raise ProtocolError(f"{msg.op}: missing the binary frame ({what})")
@@ -398,6 +460,12 @@ __all__ = [
     "StatusReply",
     "Text",
     "Turn",
+    "VoiceAdd",
+    "VoiceAdded",
+    "VoiceRemove",
+    "VoiceRemoved",
+    "Voices",
+    "VoicesReply",
     "decode",
     "decode_reply",
     "encode",

@@ -13,7 +13,7 @@ from typing import Any
 from edged.request import SAMPLING_KEYS, Id
 
 PROTOCOL_VERSION = 1
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+DEFAULT_MAX_MESSAGE_BYTES = 2 << 20
 """Largest client -> server message (all frames together) the server reads, in bytes."""
 MAX_ID_CHARS = 128
 FORMATS = ("f32le", "s16le")

@@ -27,6 +27,8 @@ class Surroundings:
     input: Callable[[], dict] = lambda: {"state": "off"}
     """The microphone's status."""
     history: Callable[[], dict] = dict
+    voices: Callable[[], dict] = lambda: {"state": "off"}
+    """The enrolled voices' status (voice cloning)."""
     claimed: dict[str, int] = field(default_factory=dict)
     """Bytes claimed at boot, per part."""
 
@@ -48,4 +50,5 @@ def status(loop: CohortLoop) -> dict[str, Any]:
                   "input": loop.around.input()},
         "playing": len(s.playing),
         "history": loop.around.history(),
+        "voices": loop.around.voices(),
     }

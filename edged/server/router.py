@@ -22,6 +22,7 @@ from edged.history.service import Ack, AddTurn, History, Query, Reserve
 from edged.request import Sampling, SpeechRequest
 from edged.scheduler.commands import Cancel, ClientLost, MoreText, StatusQuery, Submit
 from edged.server.sockets import bind, connect, unbind_path
+from edged.voices.service import VoiceCommand, VoiceService
 
 log = logging.getLogger("edged.server")
 
@@ -37,17 +38,21 @@ def media_rows(layout: dict, blob: bytes | None) -> np.ndarray:
 class Server:
     def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
                  frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None,
-                 no_history: str = "this daemon keeps no history", client_queue: int = 1000):
+                 no_history: str = "this daemon keeps no history", client_queue: int = 1000,
+                 voices: VoiceService | None = None, no_voices: str = "this model cannot clone voices"):
         """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames; curve:
         the CURVE server options for a tcp:// endpoint (edged/server/curve.py); no_history: why a
         history op (or a speak with a session) is refused when there is no history; client_queue:
-        messages queued for one client before it counts as not reading (daemon.client_queue)."""
+        messages queued for one client before it counts as not reading (daemon.client_queue); voices:
+        the voice thread (None: voice ops get `error` with `no_voices`)."""
         self.endpoint = endpoint
         self.curve = curve
         self.inbox = inbox
         self.frame_ms = frame_ms
         self.history = history
         self.no_history = no_history
+        self.voices = voices
+        self.no_voices = no_voices
         self.client_queue = client_queue
         self.max_bytes = max_message_bytes
         self.defaults = defaults
@@ -154,6 +159,11 @@ class Server:
         if isinstance(message, wire.History):
             self._history(message).inbox.put(Query(client, message))
             return None
+        if isinstance(message, (wire.VoiceAdd, wire.VoiceRemove, wire.Voices)):
+            if self.voices is None:
+                raise wire.ProtocolError(f"{message.op}: {self.no_voices}", message.id)
+            self.voices.inbox.put(VoiceCommand(client, message, blob))
+            return None
         raise wire.ProtocolError(f"op {message.op!r} is not supported by this daemon yet", getattr(message, "id", None))
 
     def _history(self, message) -> History:
@@ -165,7 +175,9 @@ class Server:
         # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
         sampling = replace(self.defaults, **(m.sampling or {}))
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
-        return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct,
-                             sampling=sampling, max_frames=max_frames, more_text=m.more_text, dual_track=m.more_text,
+        clone = self.voices.book.get(m.voice) if self.voices is not None else None
+        return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct, clone=clone,
+                             sampling=sampling, max_frames=max_frames, more_text=m.more_text,
+                             dual_track=True if m.more_text else None,
                              context=tuple((t["role"], t["content"]) for t in m.context or ()),
                              media=None if m.media is None else media_rows(m.media, blob))

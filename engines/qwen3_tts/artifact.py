@@ -7,6 +7,7 @@ own definition (`edged.artifact.manifest`), which validates it on load.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,6 +22,8 @@ FILES = {
     "code_predictor": "code_predictor.onnx",
     "code_predictor_draft": "code_predictor_draft.onnx",
     "vocoder": "vocoder.onnx",
+    "speaker_encoder": "speaker_encoder.onnx",
+    "codec_encoder": "codec_encoder.onnx",
     "embeddings": "embeddings.safetensors",
     "tokenizer": "tokenizer.json",
 }
@@ -41,6 +44,8 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
             "code_predictor_draft": export_draft(predictor, out / FILES["code_predictor_draft"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
+        if cfg.model_type == "base":
+            tensors.update(export_clone_encoder(checkpoint, out))
         save_file({**host_tables(tables), **predictor_tables(predictor)}, str(out / FILES["embeddings"]))
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
     manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
@@ -49,6 +54,32 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
 
 
 # ----------------------------------------------------------------------------------------- graphs
+
+
+def export_clone_encoder(checkpoint: Path, out: Path) -> dict[str, dict]:
+    """A Base checkpoint's clone encoder: the speaker encoder (PCM -> x-vector, its mel front end
+    inside) and the speech tokenizer's encoder (PCM -> codec frames), from qwen-tts's own modules."""
+    from engines.qwen3_tts.reference import load_reference
+    from engines.qwen3_tts.speaker_export import export_speaker_encoder
+    from engines.qwen3_tts.speech_encoder_export import export_speech_encoder
+
+    model = load_reference(checkpoint).model
+    export_speaker_encoder(model.speaker_encoder, out / FILES["speaker_encoder"])
+    export_speech_encoder(model.speech_tokenizer, out / FILES["codec_encoder"])
+    return {"speaker_encoder": {"inputs": ["pcm"], "outputs": ["xvector"]},
+            "codec_encoder": {"inputs": ["pcm"], "outputs": ["codes"]}}
+
+
+def add_clone_encoder(artifact_dir: Path, checkpoint: Path) -> None:
+    """Give an exported artifact the clone encoder of `checkpoint` (a Base checkpoint whose speech
+    tokenizer is the artifact's own: its codes must be the vocoder's). The built-in demo artifact is
+    a CustomVoice export with the clone encoder of its Base twin, so a fresh install can enroll voices."""
+    from edged.artifact.manifest import Manifest
+
+    path = artifact_dir / "artifact.json"
+    manifest = Manifest.from_json(json.loads(path.read_text()))
+    graphs = {**manifest.graphs, **graph_specs(FILES, export_clone_encoder(checkpoint, artifact_dir))}
+    path.write_text(json.dumps(replace(manifest, graphs=graphs).to_json(), indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------------------- host side

@@ -40,3 +40,24 @@ def test_without_barge_in_user_speech_is_heard_but_never_cuts_the_reply(rig):
     status = client.status()["audio"]["input"]
     assert status["barge_in"] is False and status["barge_ins"] == 0 and status["speech_starts"] >= 1
     assert status["echo_cancel"] is False
+
+
+def test_voice_add_records_the_daemons_own_microphone(rig, capsys):
+    """`edged voice add NAME --record S`: S seconds of the `mic` events (16 kHz, as the daemon hears
+    its microphone) become the reference of an enrolled voice (the built-in artifact has a clone
+    encoder); the daemon refuses a silent one, so an enrolled voice means the speech came through."""
+    import json
+
+    from edged.cli import main
+
+    daemon, bay, sub, client, speech = rig
+    bay.patch(record=False, voice=True)
+    bay.say(speech)
+    code = main(["voice", "add", "from-the-mic", "--record", "1.5", "--events", f"ipc://{daemon.tmp / 'events.sock'}",
+                 "--endpoint", daemon.endpoint])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    voice = json.loads(out.out)
+    assert voice["name"] == "from-the-mic" and voice["mode"] == "xvector" and voice["reference_ms"] == 1500
+    assert any(v["name"] == "from-the-mic" for v in client.voices())
+    client.voice_remove("from-the-mic")

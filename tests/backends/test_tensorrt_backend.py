@@ -51,8 +51,8 @@ def artifact(trt, builtin_artifact, tmp_path):
     out = tmp_path / "art"
     shutil.copytree(builtin_artifact, out)
     plans = build_plans(out, chunk_frames=4, first_chunk_frames=1)
-    assert sorted(p.name for p in plans) == ["code_predictor.plan", "code_predictor_draft.plan", "talker.plan",
-                                             "vocoder.plan"]
+    assert sorted(p.name for p in plans) == ["code_predictor.plan", "code_predictor_draft.plan", "codec_encoder.plan",
+                                             "speaker_encoder.plan", "talker.plan", "vocoder.plan"]
     return out
 
 
@@ -73,6 +73,29 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
     # every engine ran through the TensorRT API (the draft graph: speculative verify is on); the talker on
     # both its profiles (prefills, decode steps)
     assert len(executions) == 4 and min(map(min, executions)) >= len(REQUESTS), executions
+
+
+def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifact, backend):
+    """The built-in artifact's clone encoder (speaker and codec encoder plans, a reference of any
+    length in their profile) through the TensorRT API: the same x-vector and reference codes."""
+    from edged.clone import VoiceEncoder
+
+    t = np.arange(int(2.3 * 24000)) / 24000
+    pcm = (0.3 * np.sin(2 * np.pi * 180 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
+    want = VoiceEncoder(load_artifact(artifact), backend)
+    want.preallocate()
+    expected = want.encode(pcm, "the reference")
+    trt_backend = trt.TrtBackend()
+    try:
+        got = VoiceEncoder(load_artifact(artifact), trt_backend)
+        got.preallocate()
+        voice = got.encode(pcm, "the reference")
+        executions = [[p.context.executions for p in e.profiles] for e in trt_backend.engines]
+    finally:
+        trt_backend.close()
+    assert np.abs(voice.xvector - expected.xvector).max() <= 1e-5 * np.abs(expected.xvector).max()
+    assert voice.ref_codes is not None and np.array_equal(voice.ref_codes, expected.ref_codes)
+    assert executions == [[1], [1]]
 
 
 def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
@@ -266,7 +289,8 @@ def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_arti
     int4 = tmp_path / "int4"
     quantize_artifact(builtin_artifact, int4, "int4")
     typed = {p.stem: json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(int4)}
-    assert typed == {"talker": True, "code_predictor": True, "code_predictor_draft": True, "vocoder": True}
+    assert typed == {"talker": True, "code_predictor": True, "code_predictor_draft": True, "vocoder": True,
+                     "speaker_encoder": True, "codec_encoder": True}
     fp32 = tmp_path / "fp32"
     shutil.copytree(builtin_artifact, fp32)
     assert not any(json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(fp32))

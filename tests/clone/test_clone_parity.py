@@ -93,3 +93,63 @@ def test_cloning_needs_a_base_model_and_well_shaped_prompts(artifacts, backend):
             synth.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=voice,
                                             **extra)])
     assert base.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=good)])
+
+
+XVECTOR_TOLERANCE = 1e-4
+"""Max |edged - library| of an x-vector, relative to its largest component (measured: < 1e-6)."""
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_synth_ref_audio_equals_generate_voice_clone(variant, artifacts, tiny_reference, tmp_path):
+    """`edged synth --ref-audio` as a user runs it (the CLI, the artifact's clone encoder on ONNX
+    Runtime): the x-vector within XVECTOR_TOLERANCE and the reference codes exactly as the library
+    makes them, and the greedy frames of both modes equal generate_voice_clone's."""
+    from edged.audio.wav import read_wav, write_wav
+    from edged.backends import make_backend
+    from edged.cli import main
+    from edged.clone import VoiceEncoder
+
+    art = load_artifact(artifacts(variant, kind="base"))
+    reference = tiny_reference(variant, kind="base")
+    wav = tmp_path / "ref.wav"
+    write_wav(wav, reference_audio(2.7, seed=100 + variant), 24000)
+    audio, _ = read_wav(wav)  # what both sides read: the 16-bit file
+    encoder = VoiceEncoder(art, make_backend("onnxruntime", 1))
+    encoder.preallocate()
+    for ref_text in (None, "What the reference says."):
+        codes, _, xvector, ref_codes = reference_clone(reference, "Cloned from a file.", audio, ref_text,
+                                                       max_frames=16)
+        voice = encoder.encode(audio, ref_text)
+        assert np.abs(voice.xvector - xvector).max() <= XVECTOR_TOLERANCE * np.abs(xvector).max()
+        if ref_text:
+            assert voice.ref_codes is not None and ref_codes is not None
+            assert voice.ref_codes.shape == ref_codes.shape == (-(-len(audio) // SPF), art.dims.code_groups)
+            assert np.array_equal(voice.ref_codes, ref_codes)
+        out, frames = tmp_path / "out.wav", tmp_path / "frames.json"
+        args = ["synth", "--artifact", str(art.path), "--text", "Cloned from a file.", "--ref-audio", str(wav),
+                "--greedy", "--max-frames", "16", "--out", str(out), "--codes", str(frames), "--threads", "1"]
+        assert main(args + (["--ref-text", ref_text] if ref_text else [])) == 0
+        import json
+
+        assert np.array_equal(np.asarray(json.loads(frames.read_text())["frames"]), codes), (variant, ref_text)
+
+
+def test_synth_ref_audio_refuses_what_it_cannot_use(artifacts, tmp_path, capsys):
+    from edged.audio.wav import write_wav
+    from edged.cli import main
+
+    base, custom = artifacts(0, kind="base"), artifacts(0)
+    short, not_wav = tmp_path / "short.wav", tmp_path / "not.wav"
+    write_wav(short, reference_audio(0.5, seed=1), 24000)
+    not_wav.write_bytes(b"RIFF....not a wave file")
+    cases = [
+        ([str(base), "--ref-audio", str(short)], "reference is 500 ms long; a reference must be 1000..30000 ms"),
+        ([str(base), "--ref-audio", str(not_wav)], "not a PCM WAV file"),
+        ([str(base), "--ref-audio", str(tmp_path / "missing.wav")], "No such file"),
+        ([str(base), "--ref-text", "hello"], "--ref-text needs --ref-audio"),
+        ([str(custom), "--ref-audio", str(short)], "no clone encoder"),
+    ]
+    for extra, message in cases:
+        code = main(["synth", "--artifact", extra[0], "--text", "Hi.", "--out", str(tmp_path / "o.wav"), *extra[1:]])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, (extra, err)

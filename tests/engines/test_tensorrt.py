@@ -20,7 +20,7 @@ def inputs(path) -> list[tuple[str, list[int]]]:
 def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
     a = load_artifact(builtin_artifact)
     by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, a.dims.code_groups, chunk_frames=4,
-                    first_chunk_frames=6)
+                    first_chunk_frames=6, sample_rate=a.sample_rate)
     seen_dynamic = 0
     for role in a.graphs:
         for index in range(len(profiles(role))):
@@ -65,6 +65,8 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
         return verified if name in ("drafts", "draft_probs", "accept_noise", "noise") else (g,) * 3
     if role == "code_predictor_draft" and (name == "heads" or axis > 0):  # the drafted groups
         return drafted
+    if role in ("speaker_encoder", "codec_encoder"):  # one reference of 0.1 to 30 s
+        return (1, 1, 1) if axis == 0 else (a.sample_rate // 10, 10 * a.sample_rate, 30 * a.sample_rate)
     assert axis == 0
     return batch
 
@@ -72,11 +74,12 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
 def test_the_talker_is_one_engine_with_a_context_and_a_generation_profile():
     assert len(profiles("talker")) == 2
     assert len(profiles("code_predictor")) == len(profiles("code_predictor_draft")) == len(profiles("vocoder")) == 1
+    assert len(profiles("speaker_encoder")) == len(profiles("codec_encoder")) == 1
 
 
 def test_a_dynamic_axis_without_a_size_is_an_error():
     by_role = sizes({"max_batch": 4, "max_seq": 64}, 16)
     with pytest.raises(ValueError, match="talker: input inputs_embeds axis 2 is dynamic"):
         profile("talker", 0, "inputs_embeds", [1, -1, -1], by_role)
-    with pytest.raises(ValueError, match="speaker_encoder: engines/tensorrt.py PROFILES has no entry"):
-        profile("speaker_encoder", 0, "pcm", [-1, -1], by_role)
+    with pytest.raises(ValueError, match="thinker: engines/tensorrt.py PROFILES has no entry"):
+        profile("thinker", 0, "pcm", [-1, -1], by_role)

@@ -95,7 +95,7 @@ def test_weights_are_not_degenerate(checkpoints) -> None:
 
 
 def test_real_dims_config_matches_the_0_6b_checkpoint() -> None:
-    talker = _talker_config(REAL_0_6B, 151936)
+    talker = _talker_config(REAL_0_6B, 151936, "custom_voice")
     cp = talker["code_predictor_config"]
     assert (talker["num_hidden_layers"], talker["hidden_size"], talker["intermediate_size"]) == (28, 1024, 3072)
     assert (talker["num_attention_heads"], talker["num_key_value_heads"], talker["head_dim"]) == (16, 8, 128)
@@ -204,3 +204,27 @@ def test_prompt_slicing_assumptions_hold(checkpoints, tiny_reference) -> None:
     assert [tok.id_to_token(i) for i in ids[-5:]] == ["<|im_end|>", "Ċ", "<|im_start|>", "assistant", "Ċ"]
     assert tok.decode(ids[3:-5]) == "Hello."
     assert [tok.id_to_token(i) for i in instruct_ids[:3]] == ["<|im_start|>", "user", "Ċ"]
+
+
+def test_a_base_checkpoint_has_a_speaker_encoder_and_its_custom_twins_speech_tokenizer(checkpoints, tmp_path):
+    """Base: tts_model_type "base", no built-in speakers, a speaker encoder that qwen-tts loads and
+    runs; the speech tokenizer is byte for byte the CustomVoice twin's (the built-in artifact takes
+    its clone encoder from its Base twin); deterministic like every tiny build."""
+    from engines.qwen3_tts.reference import load_reference
+    from engines.tiny import build_tiny
+
+    base = checkpoints(1, kind="base")
+    config = json.loads((base / "config.json").read_text())
+    assert config["tts_model_type"] == "base" and config["talker_config"]["spk_id"] == {}
+    assert config["speaker_encoder_config"]["enc_dim"] == config["talker_config"]["hidden_size"]
+    twin = checkpoints(1)
+    assert (base / "speech_tokenizer/model.safetensors").read_bytes() == \
+        (twin / "speech_tokenizer/model.safetensors").read_bytes()
+    again = build_tiny(tmp_path / "again", 0, 1, kind="base")
+    assert (again / "model.safetensors").read_bytes() == (base / "model.safetensors").read_bytes()
+    model = load_reference(base)
+    t = np.arange(24000) / 24000
+    xvector = model.model.extract_speaker_embedding(np.sin(2 * np.pi * 200 * t).astype(np.float32) * 0.3, 24000)
+    assert tuple(xvector.shape) == (config["talker_config"]["hidden_size"],) and float(xvector.abs().max()) > 0
+    with pytest.raises(ValueError, match="unknown checkpoint kind 'voice_design'"):
+        build_tiny(tmp_path / "vd", 0, 0, kind="voice_design")

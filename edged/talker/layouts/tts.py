@@ -160,8 +160,9 @@ class TtsLayout:
     def _check_clone(self, req: SpeechRequest) -> None:
         m, clone = self.manifest, req.clone
         assert clone is not None
-        if m.model_type != "base":
-            raise PromptError(f"this model ({m.model_type}) cannot clone voices: a Base checkpoint can")
+        if "speaker_encoder" not in m.graphs:  # exported for Base checkpoints (and the built-in demo artifact)
+            raise PromptError("this model cannot clone voices (its artifact has no clone encoder: export a Base "
+                              "checkpoint)")
         if clone.xvector.shape != (m.dims.hidden,):
             raise PromptError(f"x-vector has shape {list(clone.xvector.shape)}, the talker takes [{m.dims.hidden}]")
         if clone.icl:

@@ -109,6 +109,9 @@ class ClonedVoice:
     """What the reference says (ICL only)."""
     name: str = ""
     """The enrolled voice's name, for reports ("" for an offline reference)."""
+    primed: tuple[np.ndarray, ...] | None = None
+    """ICL: the vocoder's state after the reference's frames (the clone encoder computes it once), so
+    a reply starts from it instead of decoding them again; None: the reply decodes them."""
 
     @property
     def icl(self) -> bool:

@@ -5,6 +5,10 @@ is inside the graph) and `codec_encoder` (pcm [1, N] -> codes [1, T, G], one fra
 samples_per_frame samples). Their buffers are claimed at boot for the longest reference allowed;
 a reference of N samples runs on views of them, bound for that length (enrolling a voice is not on
 the step path, so the binding is made per reference).
+
+An in-context voice also gets its vocoder state primed here, on a vocoder stream of the encoder's
+own: the reference's frames decoded once, so that a reply in the voice copies that state in at
+admission instead of decoding them on the cohort loop (30 s of reference is 375 frames).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from edged.backends import Backend
 from edged.request import ClonedVoice
 
 ROLES = ("speaker_encoder", "codec_encoder")
+PRIME_WINDOW = 4
+"""Frames per vocoder run when priming (any window gives the same state: the vocoder streams)."""
 
 
 class VoiceEncoder:
@@ -31,6 +37,7 @@ class VoiceEncoder:
         self.max_samples = max_ms * artifact.sample_rate // 1000
         self.speaker = backend.load(artifact.file("speaker_encoder"))
         self.codec = backend.load(artifact.file("codec_encoder"))
+        self.vocoder = backend.load(artifact.file("vocoder"))
 
     def preallocate(self) -> dict[str, int]:
         a, e = self.artifact, self.backend.empty
@@ -38,7 +45,20 @@ class VoiceEncoder:
         self.pcm = e((1, self.max_samples), self.speaker.dtype("pcm"))
         self.xvector = e((1, a.dims.hidden), self.speaker.dtype("xvector"))
         self.codes = e((1, frames, a.dims.code_groups), self.codec.dtype("codes"))
-        return {"clone_encoder": self.pcm.nbytes + self.xvector.nbytes + self.codes.nbytes}
+        # one vocoder stream of its own, to prime an in-context voice's state once (`prime`)
+        g, w, spf, dt = a.dims.code_groups, PRIME_WINDOW, a.samples_per_frame, self.vocoder.dtype
+        specs = a.graphs["vocoder"].state
+        self.window = e((g * w,), dt("codes"))
+        self.start = e((1,), dt("start"))
+        self.window_pcm = e((1, w * spf), dt("pcm"))
+        self.states = [[e((1, *s.shape), dt(s.input)) for s in specs] for _ in range(2)]
+        self.plans = {(side, f): self.vocoder.plan({
+            "codes": self.window[:g * f].reshape(1, g, f), "start": self.start, "pcm": self.window_pcm[:, :f * spf],
+            **{s.input: self.states[side][k] for k, s in enumerate(specs)},
+            **{s.output: self.states[1 - side][k] for k, s in enumerate(specs)}})
+            for side in (0, 1) for f in range(1, w + 1)}
+        vocoder = sum(x.nbytes for x in (self.window, self.start, self.window_pcm, *self.states[0], *self.states[1]))
+        return {"clone_encoder": self.pcm.nbytes + self.xvector.nbytes + self.codes.nbytes + vocoder}
 
     def frames(self, samples: int) -> int:
         """Codec frames of a reference of `samples` samples."""
@@ -58,4 +78,20 @@ class VoiceEncoder:
             return ClonedVoice(xvector, None, None, name)
         codes = self.codes[:, :self.frames(n)]
         self.codec.plan({"pcm": view, "codes": codes}, repeated=False).run()
-        return ClonedVoice(xvector, codes[0].astype(np.int64, copy=True), ref_text, name)
+        ref_codes = codes[0].astype(np.int64, copy=True)
+        return ClonedVoice(xvector, ref_codes, ref_text, name, self.prime(ref_codes))
+
+    def prime(self, ref_codes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The vocoder's state after decoding `ref_codes` [T, G] from the start of a stream (its
+        audio is not kept): what a reply in this voice starts from (VocoderStage.prepare)."""
+        g = self.artifact.dims.code_groups
+        for state in self.states[0]:
+            self.backend.zero(state)
+        side = 0
+        for first in range(0, len(ref_codes), PRIME_WINDOW):
+            chunk = ref_codes[first:first + PRIME_WINDOW]
+            np.copyto(self.window[:g * len(chunk)].reshape(g, len(chunk)), chunk.T)
+            self.start[0] = first
+            self.plans[(side, len(chunk))].run()
+            side = 1 - side
+        return tuple(np.array(state, copy=True) for state in self.states[side])

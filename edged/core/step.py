@@ -59,7 +59,10 @@ class Core:
         """Prefill `request` (a stream: its committed text so far) into `slot` and start its vocoder stream."""
         member = self.talker.prepare(request, slot, streamed)
         clone = request.clone
-        self.vocoder.prepare(slot, clone.ref_codes if clone is not None and clone.icl else None)
+        if clone is not None and clone.icl:
+            self.vocoder.prepare(slot, clone.ref_codes, clone.primed)
+        else:
+            self.vocoder.prepare(slot)
         return member
 
     def text_stream(self) -> TextStream:

@@ -71,8 +71,9 @@ class VocoderStage:
         self.views = {(slot, f): self.pcm[slot][0, : f * spf] for slot in range(b) for f in range(1, w + 1)}
         lead = a.lead_samples  # a stream's first window leaves out the samples that are not audio
         self.first_views = {(slot, f): self.pcm[slot][0, lead: f * spf] for slot in range(b) for f in range(1, w + 1)}
+        self.primed_stage = [self.backend.empty((1, *s.shape), dt(s.input)) for s in self.state_specs]
         state_bytes = sum(x.nbytes for side in self.states for state in side for x in state)
-        return {"vocoder_state": state_bytes,
+        return {"vocoder_state": state_bytes, "vocoder_primed_stage": sum(x.nbytes for x in self.primed_stage),
                 "vocoder_window": self.codes.nbytes + sum(x.nbytes for x in (*self.pcm, *self.start))}
 
     def _plan(self, slot: int, side: int, frames: int) -> Plan:
@@ -86,14 +87,22 @@ class VocoderStage:
 
     # ---------------------------------------------------------------------------------- stage contract
 
-    def prepare(self, slot: int, prime: np.ndarray | None = None) -> None:
+    def prepare(self, slot: int, prime: np.ndarray | None = None,
+                primed: tuple[np.ndarray, ...] | None = None) -> None:
         """A fresh stream in `slot`: zero state, cursor at frame 0. `prime` [T, G]: frames decoded
         first and not heard (a voice cloned in context: the reference's frames, as the reference
-        decodes them before the reply's and cuts their samples off)."""
+        decodes them before the reply's and cuts their samples off); `primed`: the state after
+        them, when the clone encoder has it (copied in, instead of decoding them here)."""
         self.cursor[slot] = 0
         self.side[slot] = 0
         self.offset[slot] = 0
         self.busy_ms[slot] = 0.0
+        if prime is not None and primed is not None:
+            for state, stage, value in zip(self.states[0], self.primed_stage, primed, strict=True):
+                np.copyto(stage, value)  # into a buffer of this backend, then where the engine reads it
+                self.backend.copy(state[slot], stage)
+            self.offset[slot] = len(prime)
+            return
         for state in self.states[0]:
             self.backend.zero(state[slot])
         if prime is not None:

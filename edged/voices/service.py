@@ -18,7 +18,7 @@ import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,7 @@ class VoiceService:
     # ----------------------------------------------------------------------------- the thread
 
     def _run(self) -> None:
+        self._prime_loaded()
         push = self.context.socket(zmq.PUSH)
         push.connect(self.replies)
         try:
@@ -116,6 +117,17 @@ class VoiceService:
                 push.send_multipart([command.client, *wire.encode(reply)])
         finally:
             push.close(linger=1000)
+
+    def _prime_loaded(self) -> None:
+        """The vocoder state of every in-context voice loaded from disk (not stored: computed again,
+        here, after the daemon is ready); until then a reply in such a voice decodes its reference
+        frames itself."""
+        for name, stored in list(self.book.voices.items()):
+            voice = stored.voice
+            if voice.icl and voice.primed is None:
+                assert voice.ref_codes is not None
+                primed = replace(voice, primed=self.encoder.prime(voice.ref_codes))
+                self.book.voices = {**self.book.voices, name: replace(stored, voice=primed)}
 
     def _handle(self, command: VoiceCommand) -> Any:
         m = command.message

@@ -77,7 +77,8 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
 
 def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifact, backend):
     """The built-in artifact's clone encoder (speaker and codec encoder plans, a reference of any
-    length in their profile) through the TensorRT API: the same x-vector and reference codes."""
+    length in their profile, and its own vocoder stream for the primed state) through the TensorRT
+    API: the same x-vector, reference codes and primed state."""
     from edged.clone import VoiceEncoder
 
     t = np.arange(int(2.3 * 24000)) / 24000
@@ -95,7 +96,9 @@ def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifa
         trt_backend.close()
     assert np.abs(voice.xvector - expected.xvector).max() <= 1e-5 * np.abs(expected.xvector).max()
     assert voice.ref_codes is not None and np.array_equal(voice.ref_codes, expected.ref_codes)
-    assert executions == [[1], [1]]
+    assert voice.primed is not None and expected.primed is not None  # the vocoder state after the reference
+    assert all(np.abs(a - b).max() <= 1e-5 for a, b in zip(voice.primed, expected.primed))
+    assert executions[:2] == [[1], [1]] and executions[2][0] >= -(-len(voice.ref_codes) // 4), executions
 
 
 def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):

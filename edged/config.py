@@ -190,7 +190,8 @@ class VoicesConfig:
     keep_reference: bool = False
     """Keep each reference recording in the database (by default only what the encoder made of it)."""
     threads: int = 1
-    """Engine threads of the clone encoder (its own sessions, beside the cohort loop's)."""
+    """Engine threads of the clone encoder: its own ONNX Runtime sessions (on every daemon.backend:
+    the voice thread runs them), beside the cohort loop's engines."""
 
 
 @dataclass(frozen=True)

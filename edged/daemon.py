@@ -231,7 +231,9 @@ class Daemon:
             self.no_voices = f"enrolled voices unavailable ({self.config.voices_path}: {exc})"
             log.error("%s", self.no_voices)
             return None
-        encoder = VoiceEncoder(artifact, make_backend(self.config.daemon.backend, v.threads), max_ms=v.max_reference_ms)
+        # ONNX Runtime whatever daemon.backend is: the voice thread runs it, and a TensorRT backend's
+        # CUDA context is current on the loop's thread only
+        encoder = VoiceEncoder(artifact, make_backend("onnxruntime", v.threads), max_ms=v.max_reference_ms)
         limits = Limits(v.max_voices, v.min_reference_ms, v.max_reference_ms, v.keep_reference)
         service = VoiceService(artifact, encoder, store, VoiceBook(), limits, context=zmq.Context.instance(),
                                replies=REPLIES)

@@ -16,6 +16,8 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0, *, family_name: str
     return family(family_name).build_tiny(out, seed, variant, kind=kind)
 
 
-def build_real_dims(out: Path | str, seed: int, *, family_name: str = "qwen3_tts") -> Path:
+def build_real_dims(out: Path | str, seed: int, *, family_name: str = "qwen3_tts", kind: str | None = None) -> Path:
     """A random checkpoint with the family's real (smallest released) dimensions, for benchmarks."""
-    return family(family_name).build_real_dims(out, seed)
+    if kind is None:
+        return family(family_name).build_real_dims(out, seed)
+    return family(family_name).build_real_dims(out, seed, kind=kind)

@@ -101,13 +101,27 @@ def test_enroll_speak_restart_speak_remove(tmp_path):
         assert daemon.terminate() == 0
     finally:
         daemon.close()
+    rows = stored_rows(state)
+    assert [(r[0], r[1]) for r in rows] == [("me-icl", None)]  # the recording was not kept (voices.keep_reference)
     assert "enrolled voice" in (tmp_path / "a" / "daemon.log").read_text()
     assert str(REF_TEXT) not in (tmp_path / "a" / "daemon.log").read_text()  # nor the reference's text
 
 
+def stored_rows(state) -> list[tuple]:
+    """(name, reference) of every voice in the daemon's database (the state directory's)."""
+    import sqlite3
+
+    db = sqlite3.connect(str(state / "edged" / "voices.sqlite3"))
+    try:
+        return db.execute("SELECT name, reference FROM voices ORDER BY name").fetchall()
+    finally:
+        db.close()
+
+
 @pytest.fixture(scope="module")
 def voice_daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("voices"), config="[voices]\nmax_voices = 2\nmax_reference_ms = 5000\n")
+    d = Daemon(tmp_path_factory.mktemp("voices"),
+               config="[voices]\nmax_voices = 2\nmax_reference_ms = 5000\nkeep_reference = true\n")
     yield d
     d.close()
 
@@ -154,6 +168,8 @@ def test_bad_references_and_names_are_refused_with_reasons(voice_daemon):
         # 8 above, nan, three and One (the framing errors never reach the voice thread)
         assert status["state"] == "on" and status["enrolled"] == 2 and status["refused"] == 11
         assert spoken(client, "two").shape == (FRAMES, 4)  # and it serves on
+    rows = stored_rows(voice_daemon.state)  # keep_reference = true: the recording as it came (s16le)
+    assert [(name, len(ref)) for name, ref in rows] == [("one", 2 * len(good)), ("two", 2 * len(good))]
 
 
 def test_an_artifact_without_a_clone_encoder_refuses_voice_ops(tmp_path, artifacts):
@@ -166,5 +182,34 @@ def test_an_artifact_without_a_clone_encoder_refuses_voice_ops(tmp_path, artifac
                     call()
             assert client.status()["voices"]["state"] == "off"
             assert client.speak("Still speaking.", play=False, max_audio_ms=400).wait().reason == "length"
+    finally:
+        daemon.close()
+
+
+def test_replies_keep_coming_while_a_voice_is_enrolled(tmp_path):
+    """The voice thread encodes on engines of its own: a reply that is running when a 30 s reference
+    is enrolled in context (the longest, and the costliest mode) keeps getting audio while it is
+    encoded, and ends as it would have. (How much the shared CPU slows it: README "Voice cloning",
+    scripts/bench/clone.py.)"""
+    import threading
+    import time
+
+    daemon = Daemon(tmp_path)
+    try:
+        with Client(daemon.endpoint) as speaker, Client(daemon.endpoint, timeout_s=120) as enroller:
+            utt = speaker.speak(TEXT, play=False, stream=True, max_audio_ms=400 * 80)
+            arrivals: list[float] = []
+            reader = threading.Thread(target=lambda: [arrivals.append(time.monotonic()) for e in utt
+                                                      if type(e).__name__ == "Audio"])
+            reader.start()
+            while len(arrivals) < 2:
+                time.sleep(0.01)
+            sent = time.monotonic()
+            enroller.voice_add("long", reference_audio(30.0, 24000), 24000, ref_text=REF_TEXT)
+            added = time.monotonic()
+            reader.join()
+            assert utt.done is not None and utt.done.reason == "length" and utt.done.report["frames"] == 400
+            during = [t for t in arrivals if sent < t < added]
+            assert during, (added - sent, len(arrivals))  # the loop served the reply while the voice was encoded
     finally:
         daemon.close()

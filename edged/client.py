@@ -34,6 +34,7 @@ import numpy as np
 import zmq
 
 from edged import protocol
+from edged.audio.wav import to_s16
 from edged.protocol import Accepted, Done, Error, HistoryReply, Id, ProtocolError, Rejected, StatusReply
 from edged.server.curve import client_options
 from edged.server.sockets import TCP, connect
@@ -338,7 +339,7 @@ class Client:
         pcm = np.asarray(pcm, dtype=np.float32)
         if pcm.ndim != 1:
             raise ValueError(f"voice_add takes mono PCM, got shape {list(pcm.shape)}")
-        s16 = np.rint(np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2")
+        s16 = to_s16(pcm)
         msg = protocol.VoiceAdd(name=name, sample_rate=sample_rate, samples=len(s16), format="s16le",
                                 ref_text=ref_text, id=uuid.uuid4().hex)
         reply = self._call(protocol.encode(msg, s16.tobytes()), msg.id, f"voice_add {name!r}", timeout_s)

@@ -28,7 +28,7 @@ from edged.artifact import load_artifact
 from edged.audio.listener import Listener
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
-from edged.clone import VoiceEncoder
+from edged.clone import VoiceEncoder, can_clone
 from edged.config import Config, ConfigError
 from edged.core import Core
 from edged.history.policies import make_policy
@@ -223,7 +223,7 @@ class Daemon:
         voice ops get `error` saying why (`no_voices`), and the daemon serves on."""
         v = self.config.voices
         self.no_voices = "this model cannot clone voices (its artifact has no clone encoder: export a Base checkpoint)"
-        if "speaker_encoder" not in artifact.graphs:
+        if not can_clone(artifact.graphs):
             return None
         try:
             store = VoiceStore(self.config.voices_path, artifact)

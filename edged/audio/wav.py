@@ -14,6 +14,11 @@ def to_s16(pcm: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2")
 
 
+def from_s16(data: bytes | np.ndarray) -> np.ndarray:
+    """16-bit little-endian samples -> float32 (the inverse of `to_s16`: divided by 32767)."""
+    return np.frombuffer(data, "<i2").astype(np.float32) / 32767.0
+
+
 def wav_bytes(pcm: np.ndarray, sample_rate: int) -> bytes:
     """float32 mono PCM in [-1, 1] (clipped) -> a 16-bit mono WAV file."""
     if pcm.ndim != 1 or sample_rate <= 0:
@@ -48,8 +53,10 @@ def read_wav(path: Path | str) -> tuple[np.ndarray, int]:
     elif width == 3:
         b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
         data = ((b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8 >> 8).astype(np.float32) / 8388608.0
-    elif width in (2, 4):
-        data = np.frombuffer(raw, f"<i{width}").astype(np.float32) / (32767.0 if width == 2 else 2147483648.0)
+    elif width == 2:
+        data = from_s16(raw)
+    elif width == 4:
+        data = np.frombuffer(raw, "<i4").astype(np.float32) / 2147483648.0
     else:
         raise ValueError(f"{path}: {8 * width}-bit samples are not supported (8, 16, 24 or 32-bit PCM)")
     return data.reshape(-1, channels).mean(axis=1, dtype=np.float32), rate

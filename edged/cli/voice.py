@@ -63,6 +63,7 @@ def record(args: argparse.Namespace) -> np.ndarray:
     """`args.record` seconds of the daemon's microphone, from its `mic` events (16 kHz s16le)."""
     import msgpack
 
+    from edged.audio.wav import from_s16
     from edged.client import subscribe
     from edged.config import load_config
 
@@ -76,20 +77,18 @@ def record(args: argparse.Namespace) -> np.ndarray:
     deadline = time.monotonic() + args.record + args.timeout
     try:
         while got < want:
-            if time.monotonic() > deadline or not socket.poll(1000):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the microphone sent {got / 16000:.1f} of {args.record:g} s (is it open? "
-                                       f"events.mic_audio must be true)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the microphone sent {got / 16000:.1f} of {args.record:g} s (is it open? "
+                                   f"events.mic_audio must be true)")
+            if not socket.poll(1000):
                 continue
             frames = socket.recv_multipart()
-            header = msgpack.unpackb(frames[1])
-            if header.get("event") == "mic" and len(frames) > 2:
-                chunk = np.frombuffer(frames[2], "<i2")
-                chunks.append(chunk)
-                got += len(chunk)
+            if msgpack.unpackb(frames[1]).get("event") == "mic" and len(frames) > 2:
+                chunks.append(from_s16(frames[2]))
+                got += len(chunks[-1])
     finally:
         socket.close(linger=0)
-    return np.concatenate(chunks)[:want].astype(np.float32) / 32768.0
+    return np.concatenate(chunks)[:want]
 
 
 def list_voices(args: argparse.Namespace) -> int:

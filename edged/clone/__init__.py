@@ -6,5 +6,6 @@ encoder graphs (speaker encoder: PCM -> x-vector; codec encoder: PCM -> codec fr
 
 from edged.clone.encoder import VoiceEncoder
 from edged.clone.reference import BadReference, reference_pcm
+from edged.clone.roles import can_clone
 
-__all__ = ["BadReference", "VoiceEncoder", "reference_pcm"]
+__all__ = ["BadReference", "VoiceEncoder", "can_clone", "reference_pcm"]

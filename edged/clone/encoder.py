@@ -19,17 +19,17 @@ import numpy as np
 
 from edged.artifact import Artifact, ArtifactError
 from edged.backends import Backend
+from edged.clone.roles import ROLES, can_clone
 from edged.request import ClonedVoice
 
-ROLES = ("speaker_encoder", "codec_encoder")
 PRIME_WINDOW = 4
 """Frames per vocoder run when priming (any window gives the same state: the vocoder streams)."""
 
 
 class VoiceEncoder:
     def __init__(self, artifact: Artifact, backend: Backend, *, max_ms: int = 30000):
-        missing = [role for role in ROLES if role not in artifact.graphs]
-        if missing:
+        if not can_clone(artifact.graphs):
+            missing = [role for role in ROLES if role not in artifact.graphs]
             raise ArtifactError(f"this artifact has no clone encoder ({', '.join(missing)} graph missing): export a "
                                 f"Base checkpoint to clone voices")
         self.artifact = artifact
@@ -72,12 +72,15 @@ class VoiceEncoder:
             raise ValueError(f"reference has {n} samples; the encoder takes 1..{self.max_samples}")
         view = self.pcm[:, :n]
         view[0] = pcm
-        self.speaker.plan({"pcm": view, "xvector": self.xvector}, repeated=False).run()
-        xvector = self.xvector[0].astype(np.float32, copy=True)
-        if not ref_text:
-            return ClonedVoice(xvector, None, None, name)
-        codes = self.codes[:, :self.frames(n)]
-        self.codec.plan({"pcm": view, "codes": codes}, repeated=False).run()
+        try:
+            self.speaker.plan({"pcm": view, "xvector": self.xvector}, repeated=False).run()
+            xvector = self.xvector[0].astype(np.float32, copy=True)
+            if not ref_text:
+                return ClonedVoice(xvector, None, None, name)
+            codes = self.codes[:, :self.frames(n)]
+            self.codec.plan({"pcm": view, "codes": codes}, repeated=False).run()
+        finally:
+            view[...] = 0  # the recording is not kept once encoded
         ref_codes = codes[0].astype(np.int64, copy=True)
         return ClonedVoice(xvector, ref_codes, ref_text, name, self.prime(ref_codes))
 

@@ -2,7 +2,7 @@
 
 The reference's clone prompt takes 24 kHz mono float PCM; other rates are resampled here with
 soxr (the reference resamples with librosa: the two agree closely, not bit for bit). Limits are
-the daemon's (`clone.min_reference_ms` / `max_reference_ms`): a reference shorter than the speaker
+the daemon's (`voices.min_reference_ms` / `max_reference_ms`): a reference shorter than the speaker
 encoder can summarize, or longer than the buffers claimed at boot, is refused with a reason.
 """
 

@@ -26,6 +26,7 @@ import zmq
 
 from edged import protocol as wire
 from edged.artifact import Artifact
+from edged.audio.wav import from_s16
 from edged.backends import EngineError
 from edged.clone import BadReference, VoiceEncoder, reference_pcm
 from edged.request import ClonedVoice
@@ -164,8 +165,7 @@ class VoiceService:
         if m.ref_text is not None and not m.ref_text.strip():
             raise ValueError("ref_text is empty (leave it out to clone from the x-vector only)")
         assert pcm is not None  # the protocol requires the frame
-        samples = np.frombuffer(pcm, "<f4" if m.format == "f32le" else "<i2")
-        samples = samples.astype(np.float32) / (1.0 if m.format == "f32le" else 32768.0)
+        samples = np.frombuffer(pcm, "<f4") if m.format == "f32le" else from_s16(pcm)
         t0 = time.perf_counter()
         audio = reference_pcm(samples, m.sample_rate, self.artifact.sample_rate,
                               min_ms=self.limits.min_reference_ms, max_ms=self.limits.max_reference_ms)

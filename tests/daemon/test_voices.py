@@ -16,6 +16,7 @@ import pytest
 from support.daemon import Daemon
 
 from edged.artifact import load_artifact
+from edged.audio.wav import from_s16, to_s16
 from edged.backends import make_backend
 from edged.client import Client, RequestRejected
 from edged.clone import VoiceEncoder, reference_pcm
@@ -42,7 +43,7 @@ def offline_frames(pcm: np.ndarray, rate: int, ref_text: str | None) -> np.ndarr
     backend = make_backend("onnxruntime", 1)
     encoder = VoiceEncoder(artifact, backend)
     encoder.preallocate()
-    s16 = np.rint(np.clip(pcm, -1, 1) * 32767).astype("<i2").astype(np.float32) / 32768.0
+    s16 = from_s16(to_s16(pcm))
     voice = encoder.encode(reference_pcm(s16, rate, artifact.sample_rate, min_ms=1000, max_ms=30000), ref_text)
     request = SpeechRequest("o", TEXT, sampling=Sampling.greedy(), max_frames=FRAMES, clone=voice)
     return Synthesizer(artifact, backend).synthesize([request])[0].frames

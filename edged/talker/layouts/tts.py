@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from edged.artifact.manifest import Manifest
+from edged.clone.roles import can_clone
 from edged.request import ClonedVoice, SpeechRequest
 from edged.talker.prompt import Block, Given, Lookup, Prompt, PromptError
 from edged.talker.text import Streamed, TextEncoder, TextStream
@@ -160,7 +161,7 @@ class TtsLayout:
     def _check_clone(self, req: SpeechRequest) -> None:
         m, clone = self.manifest, req.clone
         assert clone is not None
-        if "speaker_encoder" not in m.graphs:  # exported for Base checkpoints (and the built-in demo artifact)
+        if not can_clone(m.graphs):
             raise PromptError("this model cannot clone voices (its artifact has no clone encoder: export a Base "
                               "checkpoint)")
         if clone.xvector.shape != (m.dims.hidden,):

@@ -64,9 +64,11 @@ def curve_daemon(tmp_path_factory, keys):
 
 def handshake(socket: zmq.Socket, endpoint: str, timeout_ms: int = 5000) -> str:
     """Connect a prepared socket and report how its handshake ended: "ok", "refused" (the server's
-    authenticator said no, or the mechanisms differ) or "none" (nothing within the timeout)."""
+    authenticator said no, the mechanisms differ, or the server dropped the connection before any
+    handshake succeeded: when it closes first, the client may see only the reset, never the
+    greeting) or "none" (nothing within the timeout)."""
     monitor = socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+                                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_DISCONNECTED)
     socket.connect(endpoint)
     try:
         if not monitor.poll(timeout_ms):

@@ -88,15 +88,12 @@ class RequestRejected(Exception):
         self.reason = reason
 
 
-class Utterance:
-    """One speak request: iterate it for its events (accepted | rejected, audio..., done), or `wait()`.
+class ReplyOrder:
+    """One speak's replies, checked against the daemon's ordering guarantees as they come: `accepted`
+    (or `rejected`) first, audio seq 0, 1, 2, ... with contiguous samples, then exactly one `done`; a
+    broken guarantee raises ProtocolError. Used by Utterance here and by the front doors' asyncio link."""
 
-    The client checks the daemon's ordering guarantees: `accepted` first, audio seq 0, 1, 2, ...
-    with contiguous samples, then exactly one `done`; a broken guarantee raises ProtocolError.
-    """
-
-    def __init__(self, client: Client, id: Id, format: str):
-        self.client = client
+    def __init__(self, id: Id, format: str):
         self.id = id
         self.format = format
         self.accepted: bool | None = None
@@ -105,13 +102,61 @@ class Utterance:
         """Why the speak was rejected (or, for an `error` reply to it, why it could not be read)."""
         self.done: Done | None = None
         self.sample_rate: int | None = None
-        self.chunks: list[np.ndarray] = []
-        """Every audio chunk received so far (streamed requests only)."""
+        self.chunks_received = 0
         self.samples_received = 0
 
     @property
     def finished(self) -> bool:
         return self.done is not None or self.accepted is False
+
+    def apply(self, msg: Any, pcm: bytes | None) -> Event:
+        """Take in the next reply; the event it is (an `error` reply raises ProtocolError)."""
+        def broken(what: str) -> ProtocolError:
+            return ProtocolError(f"speak {self.id!r}: {what}", self.id)
+
+        if isinstance(msg, Error):
+            if self.accepted is None:  # the speak itself was not understood: it is over
+                self.accepted = False
+                self.rejected = msg.reason
+            raise ProtocolError(msg.reason, msg.id)
+        if isinstance(msg, (Accepted, Rejected)):
+            if self.accepted is not None:
+                raise broken(f"{msg.op} after the request was already answered")
+            self.accepted = isinstance(msg, Accepted)
+            if isinstance(msg, Rejected):
+                self.rejected = msg.reason
+            return msg
+        if not self.accepted:
+            raise broken(f"{msg.op} before accepted")
+        if isinstance(msg, Done):
+            self.done = msg
+            return msg
+        if not isinstance(msg, protocol.Audio) or pcm is None:
+            raise broken(f"unexpected {msg.op} reply")
+        if msg.seq != self.chunks_received:
+            raise broken(f"audio seq {msg.seq}, expected {self.chunks_received}")
+        if msg.first_sample != self.samples_received:
+            raise broken(f"audio first_sample {msg.first_sample}, expected {self.samples_received}")
+        if msg.format != self.format:
+            raise broken(f"audio format {msg.format!r}, requested {self.format!r}")
+        if self.sample_rate not in (None, msg.sample_rate):
+            raise broken(f"audio sample_rate changed from {self.sample_rate} to {msg.sample_rate}")
+        self.sample_rate = msg.sample_rate
+        self.chunks_received += 1
+        self.samples_received += msg.samples
+        samples = np.frombuffer(pcm, dtype=DTYPES[msg.format])
+        return Audio(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}, pcm=samples)
+
+
+class Utterance(ReplyOrder):
+    """One speak request: iterate it for its events (accepted | rejected, audio..., done), or `wait()`.
+    The replies are checked as ReplyOrder says."""
+
+    def __init__(self, client: Client, id: Id, format: str):
+        super().__init__(id, format)
+        self.client = client
+        self.chunks: list[np.ndarray] = []
+        """Every audio chunk received so far (streamed requests only)."""
 
     def __iter__(self) -> Iterator[Event]:
         while not self.finished:
@@ -123,47 +168,14 @@ class Utterance:
             raise RuntimeError(f"speak {self.id!r} is already finished")
         what = "accepted" if self.accepted is None else f"audio or done (after {len(self.chunks)} chunks)"
         msg, pcm = self.client._next_for(self.id, f"speak {self.id!r}: {what}")
-        if isinstance(msg, Error):
-            if self.accepted is None:  # the speak itself was not understood: it is over
-                self.accepted = False
-                self.rejected = msg.reason
+        try:
+            event = self.apply(msg, pcm)
+        finally:
+            if self.finished:
                 self.client._inbox.pop(self.id, None)
-            raise ProtocolError(msg.reason, msg.id)
-        return self._apply(msg, pcm)
-
-    def _apply(self, msg: Any, pcm: bytes | None) -> Event:
-        def broken(what: str) -> ProtocolError:
-            return ProtocolError(f"speak {self.id!r}: {what}", self.id)
-
-        if isinstance(msg, (Accepted, Rejected)):
-            if self.accepted is not None:
-                raise broken(f"{msg.op} after the request was already answered")
-            self.accepted = isinstance(msg, Accepted)
-            if isinstance(msg, Rejected):
-                self.rejected = msg.reason
-                self.client._inbox.pop(self.id, None)
-            return msg
-        if not self.accepted:
-            raise broken(f"{msg.op} before accepted")
-        if isinstance(msg, Done):
-            self.done = msg
-            self.client._inbox.pop(self.id, None)
-            return msg
-        if not isinstance(msg, protocol.Audio) or pcm is None:
-            raise broken(f"unexpected {msg.op} reply")
-        if msg.seq != len(self.chunks):
-            raise broken(f"audio seq {msg.seq}, expected {len(self.chunks)}")
-        if msg.first_sample != self.samples_received:
-            raise broken(f"audio first_sample {msg.first_sample}, expected {self.samples_received}")
-        if msg.format != self.format:
-            raise broken(f"audio format {msg.format!r}, requested {self.format!r}")
-        if self.sample_rate not in (None, msg.sample_rate):
-            raise broken(f"audio sample_rate changed from {self.sample_rate} to {msg.sample_rate}")
-        self.sample_rate = msg.sample_rate
-        samples = np.frombuffer(pcm, dtype=DTYPES[msg.format])
-        self.chunks.append(samples)
-        self.samples_received += msg.samples
-        return Audio(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}, pcm=samples)
+        if isinstance(event, Audio):
+            self.chunks.append(event.pcm)
+        return event
 
     def feed(self, text: str) -> bool:
         """More text for this utterance (spoken with more_text=True); False (and nothing sent) when

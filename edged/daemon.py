@@ -44,7 +44,7 @@ from edged.server.events import Events
 from edged.server.replies import ClientReplies
 from edged.server.router import REPLIES, Server
 from edged.systemd import Notifier, Watchdog
-from edged.voices.service import Limits, VoiceBook, VoiceService
+from edged.voices.service import Limits, VoiceBook, VoiceService, builtin_voices
 from edged.voices.store import VoiceStore
 
 log = logging.getLogger("edged.daemon")
@@ -106,7 +106,8 @@ class Daemon:
                       else "this daemon keeps no history")
         server = Server(cfg.endpoint, inbox, max_message_bytes=cfg.daemon.max_message_bytes, defaults=defaults,
                         frame_ms=artifact.frame_ms, history=self.history, curve=curve, no_history=no_history,
-                        client_queue=cfg.daemon.client_queue, voices=self.voices, no_voices=self.no_voices)
+                        client_queue=cfg.daemon.client_queue, voices=self.voices, no_voices=self.no_voices,
+                        builtin_voices=builtin_voices(artifact))
         clients = ClientReplies(server.reply, artifact.sample_rate, core.window_samples)
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",

@@ -40,6 +40,8 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "state": "draining" if loop.draining else "serving",
         "uptime_s": round(time.monotonic() - loop.started, 3),
         "artifact": str(a.path), "family": a.family,
+        "model": {"type": a.model_type, "sample_rate": a.sample_rate, "speakers": sorted(a.speakers),
+                  "languages": sorted(a.languages), "instruct": a.supports_instruct},
         "cohort": {"running": len(running), "max_batch": a.max_batch,
                    "members": [str(e.payload.id) for e in running]},
         "queue": {"waiting": len(s.waiting), "limit": s.queue_limit},

@@ -39,12 +39,14 @@ class Server:
     def __init__(self, endpoint: str, inbox: queue.SimpleQueue, *, max_message_bytes: int, defaults: Sampling,
                  frame_ms: float, history: History | None = None, curve: dict[int, Any] | None = None,
                  no_history: str = "this daemon keeps no history", client_queue: int = 1000,
-                 voices: VoiceService | None = None, no_voices: str = "this model cannot clone voices"):
+                 voices: VoiceService | None = None, no_voices: str = "this model cannot clone voices",
+                 builtin_voices: list[dict[str, Any]] | None = None):
         """inbox: the cohort loop's; frame_ms: one codec frame, to turn max_audio_ms into frames; curve:
         the CURVE server options for a tcp:// endpoint (edged/server/curve.py); no_history: why a
         history op (or a speak with a session) is refused when there is no history; client_queue:
         messages queued for one client before it counts as not reading (daemon.client_queue); voices:
-        the voice thread (None: voice ops get `error` with `no_voices`)."""
+        the voice thread (None: `voices` is answered here with `builtin_voices`, the artifact's
+        speakers, and voice_add / voice_remove get `error` with `no_voices`)."""
         self.endpoint = endpoint
         self.curve = curve
         self.inbox = inbox
@@ -53,6 +55,7 @@ class Server:
         self.no_history = no_history
         self.voices = voices
         self.no_voices = no_voices
+        self.builtin_voices = builtin_voices or []
         self.client_queue = client_queue
         self.max_bytes = max_message_bytes
         self.defaults = defaults
@@ -160,6 +163,9 @@ class Server:
             self._history(message).inbox.put(Query(client, message))
             return None
         if isinstance(message, (wire.VoiceAdd, wire.VoiceRemove, wire.Voices)):
+            if self.voices is None and isinstance(message, wire.Voices):
+                self._send([client, *wire.encode(wire.VoicesReply(self.builtin_voices, message.id))])
+                return None
             if self.voices is None:
                 raise wire.ProtocolError(f"{message.op}: {self.no_voices}", message.id)
             self.voices.inbox.put(VoiceCommand(client, message, blob))

@@ -102,9 +102,7 @@ class VoiceService:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every voice a speak may name: the artifact's speakers, then the enrolled voices by name."""
-        builtin = [{"name": name, "kind": "builtin", **({"dialect": s.dialect} if s.dialect else {})}
-                   for name, s in sorted(self.artifact.speakers.items())]
-        return builtin + [describe(s) for _, s in sorted(self.book.voices.items())]
+        return builtin_voices(self.artifact) + [describe(s) for _, s in sorted(self.book.voices.items())]
 
     # ----------------------------------------------------------------------------- the thread
 
@@ -190,6 +188,12 @@ class VoiceService:
         self.counters["removed"] += 1
         log.info("removed voice %s", name)
         return wire.VoiceRemoved(name, m.id)
+
+
+def builtin_voices(artifact: Artifact) -> list[dict[str, Any]]:
+    """The artifact's speakers as `voices` lists them, by name."""
+    return [{"name": name, "kind": "builtin", **({"dialect": s.dialect} if s.dialect else {})}
+            for name, s in sorted(artifact.speakers.items())]
 
 
 def describe(stored: Stored) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -19,15 +18,10 @@ from pathlib import Path
 import pytest
 import zmq
 from support.daemon import Daemon
+from support.doors import free_port
 from zmq.utils.monitor import recv_monitor_message
 
 from edged.client import Client, curve_options
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def edged(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -10,21 +10,15 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import msgpack
 import numpy as np
 import pytest
 import zmq
+from support.doors import free_port
 
 from edged.client import Client, RequestRejected
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_stream_then_exactly_one_done(shared_daemon):
@@ -64,7 +58,7 @@ def test_32_concurrent_requests_from_4_clients(start_daemon, transport, tmp_path
             (tmp_path / d).mkdir()
         _, server_secret = zmq.auth.create_certificates(str(tmp_path / "server"), "server")
         client_public, client_secret = zmq.auth.create_certificates(str(tmp_path / "authorized"), "client")
-        endpoint = f"tcp://127.0.0.1:{_free_port()}"
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
         config += f'curve_secret_key = "{server_secret}"\ncurve_authorized_dir = "{tmp_path / "authorized"}"\n'
         keys = {"server_key": str(tmp_path / "server" / "server.key"), "certificate": client_secret}
     daemon = start_daemon(config=config, endpoint=endpoint)

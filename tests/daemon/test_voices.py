@@ -174,10 +174,14 @@ def test_bad_references_and_names_are_refused_with_reasons(voice_daemon):
 
 
 def test_an_artifact_without_a_clone_encoder_refuses_voice_ops(tmp_path, artifacts):
-    daemon = Daemon(tmp_path, config=f'[daemon]\nartifact = "{artifacts(0)}"\n')
+    """voice_add and voice_remove are refused; `voices` still lists the built-in speakers."""
+    artifact = load_artifact(artifacts(0))
+    daemon = Daemon(tmp_path, config=f'[daemon]\nartifact = "{artifact.path}"\n')
     try:
         with Client(daemon.endpoint) as client:
-            for call in (client.voices, lambda: client.voice_remove("x"),
+            assert client.voices() == [{"name": n, "kind": "builtin", **({"dialect": s.dialect} if s.dialect else {})}
+                                       for n, s in sorted(artifact.speakers.items())]
+            for call in (lambda: client.voice_remove("x"),
                          lambda: client.voice_add("x", reference_audio(1.5, 24000), 24000)):
                 with pytest.raises(ProtocolError, match="this model cannot clone voices"):
                     call()

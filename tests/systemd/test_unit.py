@@ -39,8 +39,11 @@ def directives(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def exec_start() -> str:
-    return directives(UNIT)["Service"]["ExecStart"][0].split()[0]
+DOORS = [SYSTEMD / "edged-wyoming.service", SYSTEMD / "edged-http.service"]
+
+
+def exec_start(unit: Path = UNIT) -> str:
+    return directives(unit)["Service"]["ExecStart"][0].split()[0]
 
 
 def test_unit_says_what_edged_needs():
@@ -64,6 +67,24 @@ def test_unit_says_what_edged_needs():
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
 
+@pytest.mark.parametrize("unit,command", [(DOORS[0], "wyoming --uri tcp://0.0.0.0:10200 --zeroconf"),
+                                          (DOORS[1], "http --listen 127.0.0.1:8880")], ids=["wyoming", "http"])
+def test_front_door_units_follow_the_daemon_with_its_sandbox(unit, command):
+    """After edged.service, as its user (whose group reaches the socket), with every sandbox directive
+    of the daemon's unit and no devices."""
+    door, daemon = directives(unit), directives(UNIT)
+    assert "edged.service" in door["Unit"]["After"][0].split() and "edged.service" in door["Unit"]["Wants"][0].split()
+    service = {k: v[-1] for k, v in door["Service"].items()}
+    assert service["ExecStart"] == f"/usr/local/bin/edged {command} --endpoint ipc:///run/edged/edged.sock"
+    assert (service["User"], service["Group"], service["PrivateDevices"]) == ("edged", "edged", "yes")
+    sandbox = ("ProtectSystem", "ProtectHome", "PrivateTmp", "NoNewPrivileges", "CapabilityBoundingSet",
+               "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
+               "ProtectHostname", "ProtectProc", "RestrictAddressFamilies", "RestrictNamespaces", "RestrictSUIDSGID",
+               "LockPersonality", "SystemCallArchitectures", "SystemCallFilter")
+    assert {k: service.get(k) for k in sandbox} == {k: daemon["Service"][k][-1] for k in sandbox}
+    assert door["Install"]["WantedBy"] == ["multi-user.target"]
+
+
 def verify(unit_path: Path, *prefix: str) -> subprocess.CompletedProcess:
     return subprocess.run([*prefix, "systemd-analyze", "verify", str(unit_path)], capture_output=True, text=True,
                           timeout=60, check=False)
@@ -81,13 +102,14 @@ def test_shipped_unit_verifies_cleanly():
     assert (done.returncode, done.stderr) == (0, "")
 
 
-def test_unit_verifies_cleanly_with_exec_start_on_a_shim(tmp_path):
+@pytest.mark.parametrize("unit", [UNIT, *DOORS], ids=lambda p: p.name)
+def test_unit_verifies_cleanly_with_exec_start_on_a_shim(tmp_path, unit):
     assert shutil.which("systemd-analyze"), MISSING
     shim = tmp_path / "edged"
     shim.write_text("#!/bin/sh\n")
     shim.chmod(0o755)
-    copy = tmp_path / "edged.service"  # the same name: verify derives the unit's name from the file's
-    copy.write_text(UNIT.read_text().replace(f"ExecStart={exec_start()} ", f"ExecStart={shim} "))
+    copy = tmp_path / unit.name  # the same name: verify derives the unit's name from the file's
+    copy.write_text(unit.read_text().replace(f"ExecStart={exec_start(unit)} ", f"ExecStart={shim} "))
     assert str(shim) in copy.read_text()
     done = verify(copy)
     assert (done.returncode, done.stderr) == (0, "")

@@ -1,0 +1,137 @@
+"""`edged wyoming` and `edged http`: the front doors, each its own process, a client of the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from edged.cli.client_commands import _endpoint
+from edged.config import default_endpoint
+
+log = logging.getLogger("edged.doors")
+
+MISSING = "the front doors need their packages: pip install 'edged[doors]'"
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("wyoming", help="serve the daemon as a Wyoming TTS service (Home Assistant)")
+    p.add_argument("--uri", default="tcp://127.0.0.1:10200", help="where to listen: tcp://HOST:PORT or unix://PATH")
+    p.add_argument("--zeroconf", nargs="?", const="edged", default=None, metavar="NAME",
+                   help="advertise the service over mDNS (_wyoming._tcp) as NAME (default: edged), for discovery")
+    p.add_argument("--play-local", action="store_true",
+                   help="play on the daemon's speaker instead of sending the audio to the Wyoming client")
+    _common(p)
+    p.set_defaults(run=wyoming)
+
+    p = commands.add_parser("http", help="serve OpenAI's speech API (/v1/audio/speech) in front of the daemon")
+    p.add_argument("--listen", default="127.0.0.1:8880", help="HOST:PORT to listen on")
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="a file holding the API key clients must send (Authorization: Bearer KEY)")
+    _common(p)
+    p.set_defaults(run=http)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    _endpoint(p)
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def _link(args: argparse.Namespace):
+    from edged.doors.link import DaemonLink
+
+    return DaemonLink(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
+                      certificate=args.client_cert)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    from edged.systemd.logging import setup_logging
+
+    setup_logging(args.log_level)
+
+
+def wyoming(args: argparse.Namespace) -> int:
+    try:
+        from wyoming.server import AsyncServer
+
+        from edged.doors.wyoming import WyomingDoor
+    except ImportError as exc:
+        print(f"edged wyoming: {MISSING} ({exc})", file=sys.stderr)
+        return 2
+    _logging(args)
+    uri = urlparse(args.uri)
+    if args.zeroconf is not None and uri.scheme != "tcp":
+        print(f"edged wyoming: --zeroconf needs a tcp:// --uri, not {args.uri}", file=sys.stderr)
+        return 2
+    try:
+        link = _link(args)
+    except ValueError as exc:
+        print(f"edged wyoming: {exc}", file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        await link.start()
+        door = WyomingDoor(link, play_local=args.play_local)
+        server = AsyncServer.from_uri(args.uri)
+        if args.zeroconf is not None:
+            from wyoming.zeroconf import HomeAssistantZeroconf
+
+            from zeroconf import NonUniqueNameException
+
+            host = uri.hostname if uri.hostname not in (None, "0.0.0.0", "") else None
+            try:
+                await HomeAssistantZeroconf(port=uri.port or 10200, name=args.zeroconf, host=host).register_server()
+            except NonUniqueNameException:
+                raise SystemExit(f"edged wyoming: another service is advertised as {args.zeroconf!r} on this "
+                                 "network: choose another --zeroconf NAME") from None
+            log.info("advertised over mDNS as %s._wyoming._tcp.local.", args.zeroconf)
+        log.info("wyoming: listening on %s, speaking through %s", args.uri, link.endpoint)
+        try:
+            await server.run(door.handler)
+        finally:
+            await link.close()
+
+    asyncio.run(serve())
+    return 0
+
+
+def http(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from edged.doors.http import HttpDoor, app
+    except ImportError as exc:
+        print(f"edged http: {MISSING} ({exc})", file=sys.stderr)
+        return 2
+    _logging(args)
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"edged http: --listen takes HOST:PORT, not {args.listen!r}", file=sys.stderr)
+        return 2
+    api_key = None
+    if args.api_key_file is not None:
+        try:
+            api_key = args.api_key_file.read_text().strip()
+        except OSError as exc:
+            print(f"edged http: --api-key-file {args.api_key_file}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if not api_key:
+            print(f"edged http: --api-key-file {args.api_key_file} is empty", file=sys.stderr)
+            return 2
+    try:
+        door = HttpDoor(_link(args), api_key=api_key)
+    except ValueError as exc:
+        print(f"edged http: {exc}", file=sys.stderr)
+        return 2
+    log.info("http: listening on %s, speaking through %s%s", args.listen, door.link.endpoint,
+             " (API key required)" if api_key else "")
+    # uvicorn stops gracefully on SIGTERM, then raises it again under the handler it found: let that
+    # be a no-op, so a stop is exit 0 (as `edged wyoming` and the daemon)
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    uvicorn.run(app(door), host=host.strip("[]"), port=int(port), log_level=args.log_level, access_log=False,
+                log_config=None)
+    return 0

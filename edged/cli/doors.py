@@ -79,7 +79,6 @@ def wyoming(args: argparse.Namespace) -> int:
         server = AsyncServer.from_uri(args.uri)
         if args.zeroconf is not None:
             from wyoming.zeroconf import HomeAssistantZeroconf
-
             from zeroconf import NonUniqueNameException
 
             host = uri.hostname if uri.hostname not in (None, "0.0.0.0", "") else None

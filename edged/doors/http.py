@@ -174,7 +174,7 @@ class SpeechBody:
 
 def usage(done: Done) -> dict[str, int]:
     """OpenAI's `usage`: input tokens are the text's tokens, output tokens the codec frames."""
-    talker = next((s for s in done.report.get("stages", []) if s.get("stage") == "talker"), {})
+    talker: dict[str, Any] = next((s for s in done.report.get("stages", []) if s.get("stage") == "talker"), {})
     tokens_in, tokens_out = int(talker.get("text_tokens", 0)), int(done.report.get("frames", 0))
     return {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
 

@@ -32,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from edged.client import Audio
 from edged.doors.link import DaemonDown, DaemonLink, Speech
-from edged.doors.offer import OfferCache, UnknownChoice
+from edged.doors.offer import OfferCache, speak_voice, unknown_voice
 from edged.protocol import Done, ProtocolError, Rejected
 
 log = logging.getLogger(__name__)
@@ -191,18 +191,17 @@ class HttpDoor:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the request body is not JSON: {exc}") from None
         fields = speech_fields(body)
-        try:
-            offer = await self.offers.get()
-            voice = offer.voice(fields["voice"])
-        except UnknownChoice as exc:
-            raise ApiError(400, str(exc), param="voice") from None
-        instruct = fields["instructions"] if offer.instruct else None
-        if fields["instructions"] and not offer.instruct:
-            log.info("instructions ignored: this model (%s) takes none", offer.model_type)
+        model, voice = await self.offers.model(), speak_voice(fields["voice"])
+        instruct = fields["instructions"] if model.instruct else None
+        if fields["instructions"] and not model.instruct:
+            log.info("instructions ignored: this model (%s) takes none", model.type)
         speech = await self.link.speak(fields["input"], voice=voice, instruct=instruct, format="s16le")
         try:
             first = await speech.next()
             if isinstance(first, Rejected):
+                if voice is not None and first.reason.startswith("unknown voice"):
+                    error = unknown_voice(fields["voice"], await self.offers.voices(fresh=True))
+                    raise ApiError(400, str(error), param="voice")
                 raise refused(first.reason)
             first = await speech.next()  # the first audio, or a done without any: errors keep their status
         except BaseException:
@@ -213,7 +212,7 @@ class HttpDoor:
             raise ApiError(500, f"speech failed: {first.error}", code="speech_failed", type="server_error")
         if isinstance(first, Done) and first.reason == "cancelled":
             raise down(RuntimeError("the request was cancelled in the daemon"))
-        return SpeechBody(speech, first, rate=offer.sample_rate, fmt=fields["format"], sse=fields["sse"])
+        return SpeechBody(speech, first, rate=model.sample_rate, fmt=fields["format"], sse=fields["sse"])
 
     async def models(self, request: Request) -> Response:
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "edged"} for name in (MODEL, *MODEL_ALIASES)]

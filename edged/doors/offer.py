@@ -1,6 +1,8 @@
-"""What the daemon's model offers a front door: its voices, its languages (with the language codes
-Home Assistant and OpenAI clients use), whether it takes a style instruction. Read from the daemon
-(`status.model` and `voices`), kept for `ttl_s`, so a request costs no extra round trip."""
+"""What the daemon's model offers a front door: its languages (with the language codes Home Assistant
+and OpenAI clients use), whether it takes a style instruction, and its voices. The model's facts
+come from `status.model` (answered by the cohort loop at once); the voices from `voices` (answered by
+the voice thread, which may be busy enrolling one), asked only where a list is needed: `describe`,
+an unknown voice's error, a streamed Wyoming request. Both are kept for `ttl_s`."""
 
 from __future__ import annotations
 
@@ -27,27 +29,28 @@ def code(language: str) -> str:
     return LANGUAGE_CODES.get(language, language)
 
 
+def speak_voice(name: str | None) -> str | None:
+    """A speak's `voice` for a front door's voice name (None or "default": the model's default)."""
+    return None if name is None or name.lower() == DEFAULT_VOICE else name.lower()
+
+
+def unknown_voice(name: str, voices: list[dict[str, Any]]) -> UnknownChoice:
+    names = ", ".join([DEFAULT_VOICE, *(v["name"] for v in voices)])
+    return UnknownChoice(f"unknown voice {name!r} (this model's voices: {names})")
+
+
+def streams_text(voices: list[dict[str, Any]], voice: str | None) -> bool:
+    """Whether a speak in `voice` may take its text as it comes (a voice cloned in context needs it whole)."""
+    return not any(v["name"] == voice and v.get("mode") == "icl" for v in voices)
+
+
 @dataclass(frozen=True)
-class Offer:
-    model_type: str
+class Model:
+    type: str
     sample_rate: int
-    voices: list[dict[str, Any]]
-    """As the daemon's `voices` lists them: built-in speakers, then enrolled voices."""
     languages: list[str]
-    """The model's language names ("english", ...), as a speak's `language` takes them."""
+    """Language names ("english", ...), as a speak's `language` takes them."""
     instruct: bool
-
-    @property
-    def voice_names(self) -> list[str]:
-        return [DEFAULT_VOICE, *(v["name"] for v in self.voices)]
-
-    def voice(self, name: str | None) -> str | None:
-        """The speak's `voice` for a front door's voice name (None or "default": the model's default)."""
-        if name is None or name.lower() == DEFAULT_VOICE:
-            return None
-        if name.lower() not in (v["name"] for v in self.voices):
-            raise UnknownChoice(f"unknown voice {name!r} (this model's voices: {', '.join(self.voice_names)})")
-        return name.lower()
 
     def language(self, wanted: str | None) -> str | None:
         """The speak's `language` for a language name or code ("en", "en-US", "english"); None: auto."""
@@ -57,10 +60,7 @@ class Offer:
         if wanted.replace("-", "_") in self.languages:
             return wanted.replace("-", "_")
         primary = wanted.split("-")[0]
-        for name in self.languages:  # the plain language before its dialects ("zh" is chinese)
-            if code(name) == primary and "dialect" not in name:
-                return name
-        for name in self.languages:
+        for name in sorted(self.languages, key=lambda n: "dialect" in n):  # "zh" is chinese before a dialect
             if code(name) == primary:
                 return name
         raise UnknownChoice(f"unknown language {wanted!r} (this model's languages: "
@@ -72,25 +72,24 @@ class Offer:
             return [code(voice["dialect"])]
         return sorted({code(n) for n in self.languages})
 
-    def streams_text(self, voice: str | None) -> bool:
-        """Whether a speak in `voice` may take its text as it comes (a voice cloned in context needs it whole)."""
-        return not any(v["name"] == voice and v.get("mode") == "icl" for v in self.voices)
-
 
 class OfferCache:
-    """The daemon's Offer, asked again when it is older than ttl_s (enrolled voices come and go)."""
+    """The daemon's Model and voices, each asked again when older than ttl_s."""
 
     def __init__(self, link: DaemonLink, ttl_s: float = 10.0):
         self.link = link
         self.ttl_s = ttl_s
-        self._offer: Offer | None = None
-        self._at = 0.0
+        self._model: tuple[float, Model] | None = None
+        self._voices: tuple[float, list[dict[str, Any]]] | None = None
 
-    async def get(self, fresh: bool = False) -> Offer:
-        if fresh or self._offer is None or time.monotonic() - self._at > self.ttl_s:
-            status = await self.link.status()
-            model = status["model"]
-            self._offer = Offer(model["type"], model["sample_rate"], await self.link.voices(), model["languages"],
-                                model["instruct"])
-            self._at = time.monotonic()
-        return self._offer
+    async def model(self) -> Model:
+        if self._model is None or time.monotonic() - self._model[0] > self.ttl_s:
+            m = (await self.link.status())["model"]
+            self._model = (time.monotonic(), Model(m["type"], m["sample_rate"], m["languages"], m["instruct"]))
+        return self._model[1]
+
+    async def voices(self, fresh: bool = False) -> list[dict[str, Any]]:
+        """As the daemon's `voices` lists them: built-in speakers, then enrolled voices."""
+        if fresh or self._voices is None or time.monotonic() - self._voices[0] > self.ttl_s:
+            self._voices = (time.monotonic(), await self.link.voices())
+        return self._voices[1]

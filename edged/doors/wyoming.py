@@ -32,7 +32,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from edged import __version__
 from edged.client import Audio
 from edged.doors.link import DaemonDown, DaemonLink, Speech
-from edged.doors.offer import DEFAULT_VOICE, OfferCache, UnknownChoice
+from edged.doors.offer import DEFAULT_VOICE, OfferCache, UnknownChoice, speak_voice, streams_text, unknown_voice
 from edged.protocol import Accepted, Done, ProtocolError, Rejected
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,13 @@ class WyomingDoor:
         self.play_local = play_local
 
     async def info(self) -> Info:
-        offer = await self.offers.get(fresh=True)
-        voices = [TtsVoice(name=DEFAULT_VOICE, description=f"the model's default voice ({offer.model_type})",
-                           attribution=ATTRIBUTION, installed=True, version=None, languages=offer.codes())]
-        for v in offer.voices:
+        model, listed = await self.offers.model(), await self.offers.voices(fresh=True)
+        voices = [TtsVoice(name=DEFAULT_VOICE, description=f"the model's default voice ({model.type})",
+                           attribution=ATTRIBUTION, installed=True, version=None, languages=model.codes())]
+        for v in listed:
             what = "built-in speaker" if v["kind"] == "builtin" else f"enrolled voice ({v['mode']})"
             voices.append(TtsVoice(name=v["name"], description=f"{v['name']}: {what}", attribution=ATTRIBUTION,
-                                   installed=True, version=None, languages=offer.codes(v)))
+                                   installed=True, version=None, languages=model.codes(v)))
         program = TtsProgram(name="edged", description="edged: on-device Qwen3 speech", attribution=ATTRIBUTION,
                              installed=True, version=__version__, voices=voices, supports_synthesize_streaming=True)
         return Info(tts=[program])
@@ -111,7 +111,8 @@ class Handler(AsyncEventHandler):
         assert self.stream is not None
         speech = self.stream["speech"]
         if speech is not None:
-            await speech.text(text)
+            if not (speech.finished or speech.cancelling):  # refused or ended: the rest goes nowhere
+                await speech.text(text)
             return
         self.stream["text"] += text
         if self.stream["text"].strip() and await self._streams(self.stream["voice"]):
@@ -122,17 +123,18 @@ class Handler(AsyncEventHandler):
         assert self.stream is not None
         stream, self.stream = self.stream, None
         if stream["speech"] is not None:
-            await stream["speech"].text("", final=True)
+            if not (stream["speech"].finished or stream["speech"].cancelling):
+                await stream["speech"].text("", final=True)
         elif stream["text"].strip():  # held back (a voice cloned in context), or a stream of one chunk
             await self._start(stream["text"], stream["voice"], streamed=True)
         else:
             await self.write_event(SynthesizeStopped().event())
 
     async def _streams(self, voice: SynthesizeVoice | None) -> bool:
+        name = speak_voice(voice.name if voice else None)
         try:
-            offer = await self.door.offers.get()
-            return offer.streams_text(offer.voice(voice.name if voice else None))
-        except (UnknownChoice, DaemonDown, ProtocolError):
+            return name is None or streams_text(await self.door.offers.voices(), name)
+        except (DaemonDown, ProtocolError):
             return True  # the speak itself will be refused, with the reason
 
     # --- one synthesis
@@ -142,9 +144,9 @@ class Handler(AsyncEventHandler):
         """Send the speak and start writing its reply; None (and an `error` event) when it cannot be sent."""
         await self._finish_previous()
         try:
-            offer = await self.door.offers.get()
-            fields = {"voice": offer.voice(voice.name if voice else None),
-                      "language": offer.language(voice.language if voice else None)}
+            model = await self.door.offers.model()
+            fields = {"voice": speak_voice(voice.name if voice else None),
+                      "language": model.language(voice.language if voice else None)}
             play = self.door.play_local
             speech = await self.door.link.speak(text, more_text=more_text, format="s16le", play=play,
                                                 stream=not play, **fields)
@@ -154,7 +156,7 @@ class Handler(AsyncEventHandler):
         except (DaemonDown, ProtocolError) as exc:
             await self._error(str(exc), "daemon-unavailable", streamed)
             return None
-        self.reply = asyncio.create_task(self._write_reply(speech, offer.sample_rate, streamed))
+        self.reply = asyncio.create_task(self._write_reply(speech, model.sample_rate, streamed, fields["voice"]))
         return speech
 
     async def _finish_previous(self) -> None:
@@ -162,7 +164,7 @@ class Handler(AsyncEventHandler):
             await asyncio.gather(self.reply, return_exceptions=True)
             self.reply = None
 
-    async def _write_reply(self, speech: Speech, rate: int, streamed: bool) -> None:
+    async def _write_reply(self, speech: Speech, rate: int, streamed: bool, voice: str | None) -> None:
         try:
             async for event in speech:
                 if isinstance(event, Accepted):
@@ -171,7 +173,7 @@ class Handler(AsyncEventHandler):
                     await self.write_event(AudioChunk(rate=rate, width=WIDTH, channels=CHANNELS,
                                                       audio=event.pcm.tobytes()).event())
                 elif isinstance(event, Rejected):
-                    await self._error(f"rejected: {event.reason}", "rejected", streamed)
+                    await self._error(await self._refusal(event.reason, voice), "rejected", streamed)
                     return
                 elif isinstance(event, Done):
                     if event.reason == "error":
@@ -186,6 +188,12 @@ class Handler(AsyncEventHandler):
             log.info("wyoming client gone (%s): cancelling %s", exc, speech.id)
         finally:
             await speech.cancel()
+
+    async def _refusal(self, reason: str, voice: str | None) -> str:
+        """The daemon's reason, or for an unknown voice the whole list of voices (enrolled ones too)."""
+        if voice is not None and reason.startswith("unknown voice"):
+            return str(unknown_voice(voice, await self.door.offers.voices(fresh=True)))
+        return f"rejected: {reason}"
 
     async def _error(self, text: str, code: str, streamed: bool = False) -> None:
         log.warning("wyoming: %s", text)

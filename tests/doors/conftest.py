@@ -74,6 +74,6 @@ def front(tmp_path_factory):
         doors.append(http(tmp, daemon.endpoint, "--api-key-file", str(tmp / "api.key")))
         yield Front(daemon, *doors)
     finally:
-        for door in doors:
-            assert door.close() == 0, door.read_log()
+        codes = [door.close() for door in doors]
         daemon.close()
+        assert codes == [0] * len(doors), [door.read_log() for door in doors]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import numpy as np
 import pytest
 from support.doors import read_reply, wyoming
 from wyoming.audio import AudioStart
@@ -12,6 +13,8 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
+
+from edged.client import Client
 
 TEXT = "Hello from the front door."
 
@@ -33,6 +36,12 @@ def test_describe_lists_every_voice_with_its_languages(front):
     assert list(voices) == ["default", "aiden", "dylan", "eric", "ryan", "serena", "vivian"]
     assert voices["default"] == ["de", "en", "es", "fr", "it", "ja", "ko", "pt", "ru", "zh"]
     assert voices["dylan"] == ["zh"] and voices["eric"] == ["zh"]  # dialect speakers
+    with Client(front.daemon.endpoint) as client:  # what the door read them from
+        assert client.status()["model"] == {
+            "type": "custom_voice", "sample_rate": 24000, "instruct": True,
+            "speakers": ["aiden", "dylan", "eric", "ryan", "serena", "vivian"],
+            "languages": ["beijing_dialect", "chinese", "english", "french", "german", "italian", "japanese",
+                          "korean", "portuguese", "russian", "sichuan_dialect", "spanish"]}
 
 
 @pytest.mark.parametrize("voice,speak", [
@@ -180,3 +189,34 @@ def test_zeroconf_advertises_the_service_for_home_assistant(front, tmp_path):
         zc.close()
         assert door.close() == 0, door.read_log()
     assert (f"{name}._wyoming._tcp.local.", door.port, ["127.0.0.1"]) in found, found
+
+
+def test_an_enrolled_voice_is_described_and_speaks_streamed_text_whole(front):
+    """A voice enrolled in context shows up in `info` at once; its streamed text is gathered and
+    spoken at synthesize-stop (it takes only whole text), equal to the daemon's whole-text reply."""
+    t = np.arange(2 * 24000) / 24000
+    reference = (0.3 * np.sin(2 * np.pi * (140 + 40 * np.sin(2 * np.pi * 3 * t)) * t)).astype(np.float32)
+    pieces = ["Hello from ", "the front ", "door."]
+
+    async def describe_and_stream() -> tuple[Info, list[str], bytes]:
+        async with AsyncTcpClient("127.0.0.1", front.wyoming.port) as client:
+            await client.write_event(Describe().event())
+            info = Info.from_event(await client.read_event())
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="grandma")).event())
+            for piece in pieces:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(SynthesizeStop().event())
+            types, audio, _ = await read_reply(client, until="synthesize-stopped")
+            return info, types, audio
+
+    with Client(front.daemon.endpoint, timeout_s=120) as client:
+        client.voice_add("grandma", reference, 24000, ref_text="A short reference.")
+    try:
+        info, types, audio = run(describe_and_stream())
+        described = {v.name: v for v in info.tts[0].voices}["grandma"]
+        assert described.description == "grandma: enrolled voice (icl)" and "en" in described.languages
+        assert types[0] == "audio-start" and types[-2:] == ["audio-stop", "synthesize-stopped"]
+        assert audio == front.reference("".join(pieces), voice="grandma")
+    finally:
+        with Client(front.daemon.endpoint) as client:
+            client.voice_remove("grandma")

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -26,14 +27,14 @@ def add_parser(commands) -> None:
     p.add_argument("--play-local", action="store_true",
                    help="play on the daemon's speaker instead of sending the audio to the Wyoming client")
     _common(p)
-    p.set_defaults(run=wyoming)
+    p.set_defaults(run=refusing(wyoming))
 
     p = commands.add_parser("http", help="serve OpenAI's speech API (/v1/audio/speech) in front of the daemon")
     p.add_argument("--listen", default="127.0.0.1:8880", help="HOST:PORT to listen on")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="a file holding the API key clients must send (Authorization: Bearer KEY)")
     _common(p)
-    p.set_defaults(run=http)
+    p.set_defaults(run=refusing(http))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -41,11 +42,31 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
+class Refused(Exception):
+    """A front door that cannot start; the message says why (exit 2)."""
+
+
+def refusing(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`command`, with its packages missing or a bad option printed as `edged NAME: what`, exit 2."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except ImportError as exc:
+            print(f"edged {args.command}: {MISSING} ({exc})", file=sys.stderr)
+        except Refused as exc:
+            print(f"edged {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return run
+
+
 def _link(args: argparse.Namespace):
     from edged.doors.link import DaemonLink
 
-    return DaemonLink(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
-                      certificate=args.client_cert)
+    try:
+        return DaemonLink(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
+                          certificate=args.client_cert)
+    except ValueError as exc:  # a key file that cannot be used
+        raise Refused(exc) from None
 
 
 def _logging(args: argparse.Namespace) -> None:
@@ -55,23 +76,15 @@ def _logging(args: argparse.Namespace) -> None:
 
 
 def wyoming(args: argparse.Namespace) -> int:
-    try:
-        from wyoming.server import AsyncServer
+    from wyoming.server import AsyncServer
 
-        from edged.doors.wyoming import WyomingDoor
-    except ImportError as exc:
-        print(f"edged wyoming: {MISSING} ({exc})", file=sys.stderr)
-        return 2
-    _logging(args)
+    from edged.doors.wyoming import WyomingDoor
+
     uri = urlparse(args.uri)
     if args.zeroconf is not None and uri.scheme != "tcp":
-        print(f"edged wyoming: --zeroconf needs a tcp:// --uri, not {args.uri}", file=sys.stderr)
-        return 2
-    try:
-        link = _link(args)
-    except ValueError as exc:
-        print(f"edged wyoming: {exc}", file=sys.stderr)
-        return 2
+        raise Refused(f"--zeroconf needs a tcp:// --uri, not {args.uri}")
+    link = _link(args)
+    _logging(args)
 
     async def serve() -> None:
         await link.start()
@@ -99,33 +112,23 @@ def wyoming(args: argparse.Namespace) -> int:
 
 
 def http(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
+    import uvicorn
 
-        from edged.doors.http import HttpDoor, app
-    except ImportError as exc:
-        print(f"edged http: {MISSING} ({exc})", file=sys.stderr)
-        return 2
-    _logging(args)
+    from edged.doors.http import HttpDoor, app
+
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
-        print(f"edged http: --listen takes HOST:PORT, not {args.listen!r}", file=sys.stderr)
-        return 2
+        raise Refused(f"--listen takes HOST:PORT, not {args.listen!r}")
     api_key = None
     if args.api_key_file is not None:
         try:
             api_key = args.api_key_file.read_text().strip()
         except OSError as exc:
-            print(f"edged http: --api-key-file {args.api_key_file}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            raise Refused(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
         if not api_key:
-            print(f"edged http: --api-key-file {args.api_key_file} is empty", file=sys.stderr)
-            return 2
-    try:
-        door = HttpDoor(_link(args), api_key=api_key)
-    except ValueError as exc:
-        print(f"edged http: {exc}", file=sys.stderr)
-        return 2
+            raise Refused(f"--api-key-file {args.api_key_file} is empty")
+    door = HttpDoor(_link(args), api_key=api_key)
+    _logging(args)
     log.info("http: listening on %s, speaking through %s%s", args.listen, door.link.endpoint,
              " (API key required)" if api_key else "")
     # uvicorn stops gracefully on SIGTERM, then raises it again under the handler it found: let that

@@ -121,8 +121,13 @@ class Recorder:
         self.pos = 0
         self.cycles = 0
         self.armed = False
+        self.xruns = 0
         self.client.set_process_callback(self._process)
+        self.client.set_xrun_callback(self._xrun)
         self.client.activate()
+
+    def _xrun(self, delayed_usecs: float) -> None:
+        self.xruns += 1
 
     def _process(self, frames: int) -> None:
         if not self.armed or self.pos + frames > len(self.rec):

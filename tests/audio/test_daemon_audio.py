@@ -7,6 +7,8 @@ JACK frames (PERIOD = 256 = 10.7 ms):
   `played_ms` equals what was recorded, to the millisecond;
 - the cursor in `status` agrees with the recording within one period, once the recording position
   is moved to the DAC (the playback latency L: two periods on the dummy backend);
+- a cancel while it plays cuts the reply between what was recorded at the call and at `done` (plus
+  the period in flight), and `played_ms` equals the recorded prefix;
 - user speech during a reply cuts it: `interrupted`, `played_ms` = the recorded prefix; the output is
   silent within the VAD's decision latency (measured on the `mic` events) plus the path to the
   speaker (bounded by CUT_FRAMES);
@@ -50,10 +52,28 @@ def rig(jack_server, tmp_path_factory):
         yield rig
 
 
+def first_sound(rec: np.ndarray, since: int, until: int) -> int | None:
+    nz = np.flatnonzero(rec[since:until])
+    return since + int(nz[0]) if len(nz) else None
+
+
 def reply_start(rec: np.ndarray, since: int) -> int:
-    nz = np.flatnonzero(rec[since:])
-    assert len(nz), "the daemon's output was never recorded"
-    return since + int(nz[0])
+    start = first_sound(rec, since, len(rec))
+    assert start is not None, "the daemon's output was never recorded"
+    return start
+
+
+def wait_recorded(bay, since: int, samples: int, timeout: float = 10.0) -> int:
+    """Waits on the audio clock until `samples` of a reply started after `since` are recorded;
+    returns where it starts. The recording is written only behind `bay.pos`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pos = bay.pos
+        start = first_sound(bay.rec, since, pos)
+        if start is not None and pos - start >= samples:
+            return start
+        assert time.monotonic() < deadline, f"{samples} samples of the reply not recorded within {timeout} s"
+        time.sleep(0.005)
 
 
 def heard(rec: np.ndarray, start: int, pcm: np.ndarray) -> int:
@@ -133,15 +153,7 @@ def test_cancel_while_playing_reports_what_was_heard(rig):
     utt = client.speak(TEXT, stream=True, max_audio_ms=4000)
     # Cancel once a second of the reply is on the recording (the audio clock, not a sleep):
     # generation runs at most 700 ms ahead of the speaker, so the reply is still playing.
-    deadline = time.monotonic() + 10.0
-    while True:
-        pos = bay.pos  # the recording is written behind this position only
-        nz = np.flatnonzero(bay.rec[mark:pos])
-        if len(nz) and pos - (mark + int(nz[0])) >= RATE:
-            break
-        assert time.monotonic() < deadline, "the reply was not recorded within 10 s"
-        time.sleep(0.005)
-    start = mark + int(nz[0])
+    start = wait_recorded(bay, mark, RATE)
     called = bay.pos - start
     utt.cancel()
     done = utt.wait()

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import pytest
+from support.takes import Takes
 
 if shutil.which("jackd") is None:
     pytest.skip("jackd is not installed (scripts/install-system-deps.sh installs jackd2)", allow_module_level=True)
@@ -78,18 +79,14 @@ def take(jack_server, sd, jack_device, recorder):
     assert (jack_server.rate, jack_server.period) == (RATE, PERIOD)
 
     def run(body):
-        for attempt in range(1, TAKES + 1):
+        for take in Takes(lambda: recorder.xruns, TAKES):
             pb = Playback(device=jack_device, sample_rate=RATE, blocksize=0, latency="low", ring_seconds=5.0)
-            assert pb.device_rate == RATE
-            recorder.connect_from(recorder.portaudio_output())
-            time.sleep(0.05)
-            xruns = recorder.xruns
             try:
-                return body(pb)
-            except AssertionError:
-                if recorder.xruns == xruns or attempt == TAKES:
-                    raise
-                print(f"\ntake {attempt}: the audio server reported {recorder.xruns - xruns} xruns; again")
+                assert pb.device_rate == RATE
+                recorder.connect_from(recorder.portaudio_output())
+                time.sleep(0.05)
+                with take:
+                    return body(pb)
             finally:
                 assert pb.close(timeout=2.0)
 

@@ -36,8 +36,14 @@ class Patchbay:
         self.voice_pos = 0
         self.voice_start = -1
         """Recording index at which the voice's first sample went out."""
+        self.xruns = 0
+        """Audio-server xruns seen (a cycle that missed its deadline: the recording may shift)."""
         self.client.set_process_callback(self._process)
+        self.client.set_xrun_callback(self._xrun)
         self.client.activate()
+
+    def _xrun(self, delayed_usecs: float) -> None:
+        self.xruns += 1
 
     def _process(self, frames: int) -> None:
         if self.pos + frames <= len(self.rec):

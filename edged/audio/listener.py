@@ -255,8 +255,10 @@ class Listener:
         heard = speaker is not None and speaker.speaking()
         if event is not None:
             self.speech_starts += event == "start"
+            mic = self.mic  # captured audio not yet processed: the listener's lag behind the microphone
+            behind_ms = (mic.tap.written - self.index) * 1000 / mic.rate if mic is not None else 0.0
             self.events.publish("vad", {"state": event, "mic_sample": self.mic_samples + self.vad.frame,
-                                        "while_playing": heard})
+                                        "behind_ms": round(behind_ms, 1), "while_playing": heard})
         if heard and self.gate.speaking and self.cfg.barge_in and speaker is not None:
             cut = speaker.interrupt()
             if cut:

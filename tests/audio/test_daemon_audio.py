@@ -17,7 +17,8 @@ JACK frames (PERIOD = 256 = 10.7 ms):
 
 A measurement that failed after an audio-server xrun or a speaker underrun (a period of the
 recording dropped or shifted, or a gap the daemon counted) is taken again, up to three takes
-(`support.takes.Takes`); a failure without one fails the test.
+(`support.takes.Takes`); a failure without one fails the test. The rig plays one reply before the
+first test and waits for the audio to stay free of glitches (the load of the daemon's boot is over).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 import numpy as np
 import pytest
 from support.patchbay import audio_rig
-from support.takes import Takes
+from support.takes import Takes, settle
 
 from edged.history.text import units
 
@@ -39,10 +40,12 @@ RATE = 24000
 PERIOD = 256
 L = 2 * PERIOD
 """JACK's playback latency on the dummy backend: the DAC time is two periods after the cycle."""
-CUT_FRAMES = 6 * PERIOD
+CUT_FRAMES = 7 * PERIOD
 """Speech onset -> silence, beyond the VAD's decision: input latency (1 period), the listener's
-block and echo canceller (1 block each), its polling (< 1 period), the resampler, and the speaker's
-next block (1 period)."""
+block (1 period; the echo canceller works on the same block), its polling (< 1 period), the 24 ->
+16 kHz resampler's delay (soxr HQ holds back 341 samples at 16 kHz: 2 periods), the speaker's next
+block (1 period), and the loop through the audio server (the daemon's output feeds its own input and
+the patchbay: in a cycle of connections one of them carries the previous cycle's buffer, 1 period)."""
 VAD_DECISION_MS = 400
 """Onset -> the VAD's start decision on the published mic audio (min_speech_ms 96 + silero's own)."""
 TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
@@ -55,19 +58,23 @@ def rig(jack_server, tmp_path_factory):
     generation paused on a full buffer and resumed as the speaker drains it."""
     with audio_rig(jack_server.name, tmp_path_factory.mktemp("audio-daemon"),
                    'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n') as rig:
+        _, bay, _, client, _ = rig
+        bay.patch(record=False)
+        assert client.speak(TEXT, max_audio_ms=1000, session="warm-up").wait().reason == "length"
+        settle(lambda: glitches(rig))
         yield rig
 
 
-def takes(rig) -> Takes:
-    """Takes of a measurement on the rig, taken again when it failed after an xrun of the audio
-    server or an underrun of the daemon's speaker (status `audio.output`)."""
+def glitches(rig) -> int:
+    """Xruns of the audio server and the daemon speaker's xruns and underruns (status `audio.output`)."""
     _, bay, _, client, _ = rig
+    out = client.status()["audio"]["output"]
+    return bay.xruns + out["xruns"] + out["underruns"]
 
-    def glitches() -> int:
-        out = client.status()["audio"]["output"]
-        return bay.xruns + out["xruns"] + out["underruns"]
 
-    return Takes(glitches)
+def takes(rig) -> Takes:
+    """Takes of a measurement on the rig, taken again when it failed after a glitch."""
+    return Takes(lambda: glitches(rig))
 
 
 def first_sound(rec: np.ndarray, since: int, until: int) -> int | None:
@@ -92,6 +99,14 @@ def wait_recorded(bay, since: int, samples: int, timeout: float = 10.0) -> int:
             return start
         assert time.monotonic() < deadline, f"{samples} samples of the reply not recorded within {timeout} s"
         time.sleep(0.005)
+
+
+def quiet(client) -> None:
+    """Waits until the listener hears no speech (a last take's or test's user has stopped)."""
+    deadline = time.monotonic() + 5
+    while client.status()["audio"]["input"]["speaking"]:
+        assert time.monotonic() < deadline, "the listener still hears speech"
+        time.sleep(0.1)
 
 
 def heard(rec: np.ndarray, start: int, pcm: np.ndarray) -> int:
@@ -192,59 +207,60 @@ def test_cancel_while_playing_reports_what_was_heard(rig):
 
 def test_user_speech_barges_in(rig):
     """The speech goes into the microphone together with the daemon's own voice (a loopback), as a
-    room would mix them: the echo canceller removes the voice, the VAD hears the user."""
+    room would mix them: the echo canceller removes the voice, the VAD hears the user. Each take
+    speaks in its own session."""
     daemon, bay, sub, client, speech = rig
-    bay.patch(record=True, voice=True, loopback=True)
-    time.sleep(0.5)
-    sub.clear()
-    mark = bay.mark()
-    utt = client.speak(TEXT, stream=True, max_audio_ms=5000, session="barge")
-    time.sleep(1.5)
-    said_at = sub.of("mic")[-1]["first_sample"]  # the user starts speaking after this mic chunk
-    bay.say(speech)
-    done = utt.wait()
-    time.sleep(0.3)
-    assert done.reason == "interrupted", done.report
-    start = reply_start(bay.rec, mark)
-    n = heard(bay.rec, start, utt.pcm)
-    assert abs(done.report["played_ms"] * RATE // 1000 - n) <= RATE // 1000
-    (barge,) = sub.of("barge_in")
-    assert barge["id"] == utt.id and barge["played_ms"] == done.report["played_ms"]
+    for take in takes(rig):
+        with take:
+            quiet(client)
+            bay.patch(record=True, voice=True, loopback=True)
+            time.sleep(0.5)
+            sub.clear()
+            mark = bay.mark()
+            utt = client.speak(TEXT, stream=True, max_audio_ms=5000, session=f"barge-{take.attempt}")
+            time.sleep(1.5)
+            said_at = sub.of("mic")[-1]["first_sample"]  # the user starts speaking after this mic chunk
+            bay.say(speech)
+            done = utt.wait()
+            time.sleep(0.3)
+            assert done.reason == "interrupted", done.report
+            start = reply_start(bay.rec, mark)
+            n = heard(bay.rec, start, utt.pcm)
+            assert abs(done.report["played_ms"] * RATE // 1000 - n) <= RATE // 1000
+            (barge,) = sub.of("barge_in")
+            assert barge["id"] == utt.id and barge["played_ms"] == done.report["played_ms"]
 
-    # decision latency, on the microphone audio the daemon published (16 kHz)
-    (vad_start,) = [e for e in sub.of("vad") if e["state"] == "start"]
-    assert vad_start["while_playing"]
-    mic = sub.mic_audio()
-    first_mic = sub.of("mic")[0]["first_sample"]
-    after = said_at - first_mic
-    onset16 = said_at + int(np.flatnonzero(np.abs(mic[after:]) > 0.02)[0])
-    decision_ms = (vad_start["mic_sample"] - onset16) / 16
-    assert 0 < decision_ms <= VAD_DECISION_MS
-    # speech onset (JACK frames) -> the last sample of the reply on the output port
-    onset = bay.voice_start + int(np.flatnonzero(np.abs(speech) > 0.02)[0])
-    silent_after = start + n - onset
-    late = vad_start["behind_ms"]  # the listener's lag behind the microphone when it decided (load)
-    assert silent_after <= (decision_ms + late) * RATE / 1000 + CUT_FRAMES, (silent_after, decision_ms, late)
+            # decision latency, on the microphone audio the daemon published (16 kHz)
+            (vad_start,) = [e for e in sub.of("vad") if e["state"] == "start"]
+            assert vad_start["while_playing"]
+            mic = sub.mic_audio()
+            first_mic = sub.of("mic")[0]["first_sample"]
+            after = said_at - first_mic
+            onset16 = said_at + int(np.flatnonzero(np.abs(mic[after:]) > 0.02)[0])
+            decision_ms = (vad_start["mic_sample"] - onset16) / 16
+            assert 0 < decision_ms <= VAD_DECISION_MS
+            # speech onset (JACK frames) -> the last sample of the reply on the output port
+            onset = bay.voice_start + int(np.flatnonzero(np.abs(speech) > 0.02)[0])
+            silent_after = start + n - onset
+            late = vad_start["behind_ms"]  # the listener's lag behind the microphone when it decided (load)
+            assert silent_after <= (decision_ms + late) * RATE / 1000 + CUT_FRAMES, (silent_after, decision_ms, late)
 
-    # the history holds what was heard: whole words, as many as the recording's length says
-    (turn,) = client.history("barge", wait=True)
-    assert turn["interrupted"] and turn["response_id"] == utt.id and TEXT.startswith(turn["content"])
-    words = units(TEXT)
-    assert turn["content"] == "" or any(turn["content"] == TEXT[:w.end] for w in words)  # ends on a word
-    rates = client.status()["history"]["voice_ms_per_unit"]
-    ms_per_unit = rates.get("(default)", 250.0)
-    heard_ms = n * 1000 / RATE  # the recording's length of the reply
-    count = int(max(0.0, heard_ms - 160) // ms_per_unit)
-    assert len(units(turn["content"])) in {max(0, count - 1), max(0, count - 2)}  # one withheld; ms rounding
+            # the history holds what was heard: whole words, as many as the recording's length says
+            (turn,) = client.history(f"barge-{take.attempt}", wait=True)
+            assert turn["interrupted"] and turn["response_id"] == utt.id and TEXT.startswith(turn["content"])
+            words = units(TEXT)
+            assert turn["content"] == "" or any(turn["content"] == TEXT[:w.end] for w in words)  # ends on a word
+            rates = client.status()["history"]["voice_ms_per_unit"]
+            ms_per_unit = rates.get("(default)", 250.0)
+            heard_ms = n * 1000 / RATE  # the recording's length of the reply
+            count = int(max(0.0, heard_ms - 160) // ms_per_unit)
+            assert len(units(turn["content"])) in {max(0, count - 1), max(0, count - 2)}  # one withheld; ms rounding
 
 
 def test_own_voice_in_the_microphone_does_not_barge_in(rig):
     daemon, bay, sub, client, _ = rig
     bay.patch(record=True, loopback=True)
-    deadline = time.monotonic() + 5
-    while client.status()["audio"]["input"]["speaking"]:  # the last test's user has stopped talking
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    quiet(client)
     before = client.status()["audio"]["input"]["barge_ins"]
     utt = client.speak(TEXT, max_audio_ms=4000)
     done = utt.wait()

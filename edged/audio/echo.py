@@ -14,6 +14,11 @@ delay (estimated, 0..max_delay_s) and a filter (learned).
   double-talk detector is needed to keep the filter from diverging, unlike an NLMS canceller.
 - Output: the residual M - H X, resynthesized by overlap-add; one block out per block in, one block
   of delay.
+- Rollback: the user's speech does not bias the averages, but it does add variance. The VAD
+  recognizes speech only some time after it begins (the listener then holds the filter), so the
+  filter is checkpointed every CHECKPOINT_S. `rollback` restores the filter as it was about
+  rollback_s ago, from before the double talk began. Without this, the next reply would start
+  against a noisy filter, and its first few hundred ms of echo could sound like the user.
 
 All arrays are allocated at construction; `process` writes into them.
 """
@@ -22,10 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
+CHECKPOINT_S = 0.05
+"""Interval between checkpoints of the filter (and its delay and ERLE) that `rollback` restores."""
+
 
 class EchoCanceller:
     def __init__(self, rate: int, block: int, max_delay_s: float = 0.5, smoothing_s: float = 0.3,
-                 history_s: float = 1.0) -> None:
+                 history_s: float = 1.0, rollback_s: float = 0.5) -> None:
         self.rate, self.block = rate, block
         self.frame = 2 * block
         self.window = np.sqrt(np.hanning(self.frame + 1)[:-1]).astype(np.float32)  # periodic sqrt-Hann
@@ -51,6 +59,14 @@ class EchoCanceller:
         """Echo return loss enhancement over the last blocks with sound in the reference (dB)."""
         self._e_mic = 1e-12
         self._e_res = 1e-12
+        self.every = max(1, round(CHECKPOINT_S * rate / block))
+        """Blocks between checkpoints; the ring holds rollback_s of them, the oldest is restored."""
+        slots = max(2, int(np.ceil(rollback_s * rate / (block * self.every))) + 1)
+        self.saved_mx = np.zeros((slots, bins), dtype=np.complex128)
+        self.saved_xx = np.full((slots, bins), 1e-9, dtype=np.float64)
+        self.saved = np.zeros((slots, 4), dtype=np.float64)
+        """Per checkpoint: lag, erle_db, _e_mic, _e_res."""
+        self.checkpoints = 0
 
     def reset(self) -> None:
         """Forget the echo path (a new device): filter, delay and histories."""
@@ -59,6 +75,7 @@ class EchoCanceller:
         self.s_mx[:] = 0.0
         self.s_xx[:] = 1e-9
         self.lag = self.lags_found = self.blocks = self.sound_blocks = 0
+        self.checkpoints = 0
 
     def shift(self, samples: int) -> None:
         """The reference stream moved by `samples` against the microphone (the listener realigned
@@ -70,6 +87,20 @@ class EchoCanceller:
             self.s_mx[:] = 0.0
             self.s_xx[:] = 1e-9
             self.lag = min(max(lag, 0), self.max_lag)
+        self.checkpoints = 0  # older filters belong to the old alignment
+
+    def rollback(self) -> None:
+        """Restore the filter, its delay and ERLE as they were rollback_s ago (or at the oldest
+        checkpoint since the last reset, shift or realignment): before double talk began."""
+        if self.checkpoints == 0:
+            return
+        slots = len(self.saved)
+        oldest = self.checkpoints % slots if self.checkpoints >= slots else 0
+        self.s_mx[:] = self.saved_mx[oldest]
+        self.s_xx[:] = self.saved_xx[oldest]
+        lag, self.erle_db, self._e_mic, self._e_res = self.saved[oldest]
+        self.lag = int(lag)
+        self.checkpoints = 0
 
     def process(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, adapt: bool = True) -> None:
         """One block: `mic` and `ref` (len == block) in, the residual out (the previous block's).
@@ -109,6 +140,16 @@ class EchoCanceller:
             self._e_mic = 0.95 * self._e_mic + 0.05 * float(np.dot(mic, mic))
             self._e_res = 0.95 * self._e_res + 0.05 * float(np.dot(out, out))
             self.erle_db = float(10 * np.log10(self._e_mic / max(self._e_res, 1e-12)))
+        if self.blocks % self.every == 0:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        slot = self.checkpoints % len(self.saved)
+        self.saved_mx[slot] = self.s_mx
+        self.saved_xx[slot] = self.s_xx
+        row = self.saved[slot]
+        row[0], row[1], row[2], row[3] = self.lag, self.erle_db, self._e_mic, self._e_res
+        self.checkpoints += 1
 
     def _estimate_lag(self) -> None:
         """GCC-PHAT over the histories: the lag (>= 0) at which the microphone best follows the reference."""

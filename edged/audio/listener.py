@@ -34,9 +34,14 @@ log = logging.getLogger("edged.listener")
 MIC_SECONDS = 4.0
 """Microphone samples kept in the tap: how far the listener thread may fall behind."""
 HOLD_AFTER_ERLE_DB = 10.0
-"""While the user speaks, the echo canceller's filter is held once it cancels at least this much."""
+"""When the VAD hears the user start, the echo canceller's filter is rolled back to before the speech
+began, and it is held while the user speaks if it cancelled at least this much then."""
 REALIGN_AFTER_S = 0.5
 """The speaker's tap may run this far ahead of the reference before the two are realigned."""
+RESAMPLE_QUALITY = "LQ"
+"""soxr quality of the microphone's resampling to the VAD's 16 kHz. A streaming resampler holds back
+its filter's delay, and every VAD decision waits for it: at 24 kHz in, HQ holds back 21 ms, LQ 6 ms.
+The VAD decides as early on LQ as on HQ within a frame (scripts/bench/vad.py --quality)."""
 
 
 class Microphone:
@@ -81,6 +86,8 @@ class Listener:
         self.gate = SpeechGate(vad.threshold, min_speech_ms=vad.min_speech_ms, min_silence_ms=vad.min_silence_ms)
         self.mic: Microphone | None = None
         self.echo: EchoCanceller | None = None
+        self.filter_held = False
+        """The echo canceller's filter is held (the user speaks; see HOLD_AFTER_ERLE_DB)."""
         self.ref_offset: int | None = None
         self.state = "none"
         """none (no device yet) | open | lost."""
@@ -140,11 +147,12 @@ class Listener:
         self.mic_block = np.zeros(self.block, dtype=np.float32)
         self.ref_block = np.zeros(self.block, dtype=np.float32)
         self.clean = np.zeros(self.block, dtype=np.float32)
-        self.resampler = soxr.ResampleStream(mic.rate, self.vad.sample_rate, 1, dtype="float32", quality="HQ")
+        self.resampler = soxr.ResampleStream(mic.rate, self.vad.sample_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
         playback = self.speaker.playback if self.speaker is not None else None
         same_rate = playback is not None and playback.tap is not None and playback.device_rate == mic.rate
         self.echo = EchoCanceller(mic.rate, self.block) if self.vad_cfg.echo_cancel and same_rate else None
         self.ref_offset = None
+        self.filter_held = False
         self._stall.restart()
         self.vad.reset()
         self.gate.reset()
@@ -198,8 +206,7 @@ class Listener:
         mic.tap.read(self.index, self.mic_block)
         if self.echo is not None:
             self._reference(mic)
-            hold = self.gate.speaking and self.echo.erle_db > HOLD_AFTER_ERLE_DB  # user speech, and a filter worth keeping
-            self.echo.process(self.mic_block, self.ref_block, self.clean, adapt=not hold)
+            self.echo.process(self.mic_block, self.ref_block, self.clean, adapt=not self.filter_held)
         else:
             self.clean[:] = self.mic_block
         self.index += self.block
@@ -255,6 +262,7 @@ class Listener:
         heard = speaker is not None and speaker.speaking()
         if event is not None:
             self.speech_starts += event == "start"
+            self._hold_filter(event == "start")
             mic = self.mic  # captured audio not yet processed: the listener's lag behind the microphone
             behind_ms = (mic.tap.written - self.index) * 1000 / mic.rate if mic is not None else 0.0
             self.events.publish("vad", {"state": event, "mic_sample": self.mic_samples + self.vad.frame,
@@ -264,6 +272,17 @@ class Listener:
             if cut:
                 self.barge_ins += 1
                 log.info("barge-in: user speech while playing; %d repl%s cut", len(cut), "y" if len(cut) == 1 else "ies")
+
+    def _hold_filter(self, speech: bool) -> None:
+        """User speech begins: the echo canceller goes back to its filter from before the speech
+        (what it learned since is double talk) and keeps it while the user speaks, if it was worth
+        keeping. Speech ends: it adapts again."""
+        echo = self.echo
+        if echo is None:
+            return
+        if speech:
+            echo.rollback()
+        self.filter_held = speech and echo.erle_db > HOLD_AFTER_ERLE_DB
 
     def _on_lost(self, mic: Microphone) -> None:
         log.error("listener: input device %s stopped calling back for %d ms; reopening with backoff",

@@ -45,7 +45,8 @@ def main() -> int:
     jackd = start_jack("edged-bench")
     name = os.environ["JACK_DEFAULT_SERVER"]
     from support.daemon import Daemon
-    from test_daemon_audio import PERIOD, RATE, TEXT, Patchbay, Subscriber, espeak, heard, reply_start
+    from support.patchbay import Patchbay, Subscriber, espeak
+    from test_daemon_audio import PERIOD, RATE, TEXT, heard, quiet, reply_start
 
     from edged.client import Client
 
@@ -61,6 +62,7 @@ def main() -> int:
         for run in range(args.runs):
             voice, phrase = VOICES[run % len(VOICES)], PHRASES[run % len(PHRASES)]
             speech = espeak(phrase, tmp, voice)
+            quiet(client)  # the last run's user has stopped (else the reply is cut as soon as it is heard)
             sub.clear()
             mark = bay.mark()
             utt = client.speak(TEXT, stream=True, max_audio_ms=6000)

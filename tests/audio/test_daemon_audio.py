@@ -40,12 +40,16 @@ RATE = 24000
 PERIOD = 256
 L = 2 * PERIOD
 """JACK's playback latency on the dummy backend: the DAC time is two periods after the cycle."""
-CUT_FRAMES = 7 * PERIOD
-"""Speech onset -> silence, beyond the VAD's decision: input latency (1 period), the listener's
-block (1 period; the echo canceller works on the same block), its polling (< 1 period), the 24 ->
-16 kHz resampler's delay (soxr HQ holds back 341 samples at 16 kHz: 2 periods), the speaker's next
-block (1 period), and the loop through the audio server (the daemon's output feeds its own input and
-the patchbay: in a cycle of connections one of them carries the previous cycle's buffer, 1 period)."""
+CUT_FRAMES = 6 * PERIOD
+"""Speech onset -> silence, beyond the VAD's decision:
+- input latency: 1 period;
+- the listener's block: 1 period (the echo canceller works on the same block);
+- its polling: < 1 period;
+- the 24 -> 16 kHz resampler's delay: < 1 period (soxr LQ holds back 100 samples at 16 kHz,
+  150 frames; `edged.audio.listener.RESAMPLE_QUALITY`);
+- the speaker's next block: 1 period;
+- the loop through the audio server: 1 period. The daemon's output feeds its own input and the
+  patchbay, and in a cycle of connections one of them carries the previous cycle's buffer."""
 VAD_DECISION_MS = 400
 """Onset -> the VAD's start decision on the published mic audio (min_speech_ms 96 + silero's own)."""
 TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."

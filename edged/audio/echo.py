@@ -19,6 +19,10 @@ delay (estimated, 0..max_delay_s) and a filter (learned).
   filter is checkpointed every CHECKPOINT_S. `rollback` restores the filter as it was about
   rollback_s ago, from before the double talk began. Without this, the next reply would start
   against a noisy filter, and its first few hundred ms of echo could sound like the user.
+  It rolls back only when the reference has been sounding, without a pause of QUIET_S, for the
+  whole of rollback_s. The checkpoint was then learned on this same echo. Earlier in a reply, what
+  the filter learned is mostly the reply's own echo, and restoring the filter from before the reply
+  would throw it away. A filter still converging could then cut every reply early and never learn.
 
 All arrays are allocated at construction; `process` writes into them.
 """
@@ -29,6 +33,8 @@ import numpy as np
 
 CHECKPOINT_S = 0.05
 """Interval between checkpoints of the filter (and its delay and ERLE) that `rollback` restores."""
+QUIET_S = 0.2
+"""A pause in the reference this long ends a stretch of sound (replies have shorter pauses)."""
 
 
 class EchoCanceller:
@@ -67,6 +73,10 @@ class EchoCanceller:
         self.saved = np.zeros((slots, 4), dtype=np.float64)
         """Per checkpoint: lag, erle_db, _e_mic, _e_res."""
         self.checkpoints = 0
+        self.quiet_blocks = self.sounding_blocks = 0
+        """Consecutive blocks without sound in the reference; blocks since its sound resumed."""
+        self.quiet_limit = max(1, round(QUIET_S * rate / block))
+        self.rollback_blocks = int(np.ceil(rollback_s * rate / block))
 
     def reset(self) -> None:
         """Forget the echo path (a new device): filter, delay and histories."""
@@ -75,7 +85,7 @@ class EchoCanceller:
         self.s_mx[:] = 0.0
         self.s_xx[:] = 1e-9
         self.lag = self.lags_found = self.blocks = self.sound_blocks = 0
-        self.checkpoints = 0
+        self.checkpoints = self.quiet_blocks = self.sounding_blocks = 0
 
     def shift(self, samples: int) -> None:
         """The reference stream moved by `samples` against the microphone (the listener realigned
@@ -92,7 +102,7 @@ class EchoCanceller:
     def rollback(self) -> None:
         """Restore the filter, its delay and ERLE as they were rollback_s ago (or at the oldest
         checkpoint since the last reset, shift or realignment): before double talk began."""
-        if self.checkpoints == 0:
+        if self.checkpoints == 0 or self.sounding_blocks < self.rollback_blocks:
             return
         slots = len(self.saved)
         oldest = self.checkpoints % slots if self.checkpoints >= slots else 0
@@ -115,6 +125,8 @@ class EchoCanceller:
         self.ref_hist[-b:] = ref
         self.blocks += 1
         sound = float(np.dot(ref, ref)) > 1e-7 * b
+        self.quiet_blocks = 0 if sound else self.quiet_blocks + 1
+        self.sounding_blocks = 0 if self.quiet_blocks >= self.quiet_limit else self.sounding_blocks + 1
         if sound:
             self.sound_blocks += 1
             if self.sound_blocks % max(1, self.rate // (2 * b)) == 0:

@@ -91,6 +91,20 @@ filter (where a reply that follows a barge-in starts)."""
     assert erle > 60 if rolled_back else erle < 40, erle  # measured: 72 dB rolled back, 27 dB not
 
 
+def test_no_rollback_past_the_start_of_the_echo():
+    """In the first rollback_s of sound after a pause, what the filter learned is this echo: a
+    rollback keeps it. Otherwise a filter still converging would be thrown back each time its own
+    echo's residual sounded like speech to the VAD."""
+    ref = np.concatenate([np.zeros(RATE, np.float32), speechlike(1.0, 3)])
+    mic = echo_of(ref, 300, np.array([0.6], np.float32))
+    ec = EchoCanceller(RATE, BLOCK)
+    early = RATE + 20 * BLOCK  # 213 ms into the sound
+    run(mic[:early], ref[:early], ec)
+    learned = ec.s_mx.copy()
+    ec.rollback()
+    assert np.array_equal(ec.s_mx, learned) and np.any(learned)
+
+
 def test_shift_keeps_the_filter_when_the_reference_moves():
     ref = speechlike(5.0, 2)
     mic = echo_of(ref, 900, np.array([0.6], np.float32))

@@ -101,7 +101,7 @@ class EchoCanceller:
 
     def rollback(self) -> None:
         """Restore the filter, its delay and ERLE as they were rollback_s ago (or at the oldest
-        checkpoint since the last reset, shift or realignment): before double talk began."""
+        checkpoint since the last reset, shift or rollback): before double talk began."""
         if self.checkpoints == 0 or self.sounding_blocks < self.rollback_blocks:
             return
         slots = len(self.saved)

@@ -45,8 +45,8 @@ def main() -> int:
     jackd = start_jack("edged-bench")
     name = os.environ["JACK_DEFAULT_SERVER"]
     from support.daemon import Daemon
-    from support.patchbay import Patchbay, Subscriber, espeak
-    from test_daemon_audio import PERIOD, RATE, TEXT, heard, quiet, reply_start
+    from support.patchbay import Patchbay, Subscriber, espeak, quiet
+    from test_daemon_audio import PERIOD, RATE, TEXT, heard, reply_start
 
     from edged.client import Client
 

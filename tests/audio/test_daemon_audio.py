@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 import pytest
-from support.patchbay import audio_rig
+from support.patchbay import audio_rig, quiet
 from support.takes import Takes, settle
 
 from edged.history.text import units
@@ -103,14 +103,6 @@ def wait_recorded(bay, since: int, samples: int, timeout: float = 10.0) -> int:
             return start
         assert time.monotonic() < deadline, f"{samples} samples of the reply not recorded within {timeout} s"
         time.sleep(0.005)
-
-
-def quiet(client) -> None:
-    """Waits until the listener hears no speech (a last take's or test's user has stopped)."""
-    deadline = time.monotonic() + 5
-    while client.status()["audio"]["input"]["speaking"]:
-        assert time.monotonic() < deadline, "the listener still hears speech"
-        time.sleep(0.1)
 
 
 def heard(rec: np.ndarray, start: int, pcm: np.ndarray) -> int:

@@ -72,8 +72,8 @@ def test_rollback_undoes_the_double_talk_before_the_vad_decided(rolled_back):
     """The VAD hears the user only some time after the speech begins (here 19 blocks, 203 ms), and
     until then the filter adapts through the double talk. When the VAD decides, the listener rolls
     the filter back (rollback_s = 0.5 s) and then holds it. That leaves the filter as good as one
-    held from the onset. Without the rollback, the echo in the 200 ms after the speech meets a noisy
-filter (where a reply that follows a barge-in starts)."""
+    held from the onset. Without the rollback, the echo in the 200 ms after the speech (where a
+    reply that follows a barge-in starts) meets a noisy filter."""
     ref = speechlike(6.0, 1)
     voice = np.zeros_like(ref)
     t = np.arange(RATE) / RATE

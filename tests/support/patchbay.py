@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,6 +125,14 @@ class Subscriber:
         self._stop = True
         self._thread.join()
         self.socket.close(linger=0)
+
+
+def quiet(client) -> None:
+    """Waits until the listener hears no speech (a last take's, test's or run's user has stopped)."""
+    deadline = time.monotonic() + 5
+    while client.status()["audio"]["input"]["speaking"]:
+        assert time.monotonic() < deadline, "the listener still hears speech"
+        time.sleep(0.1)
 
 
 def espeak(text: str, tmp, voice: str = "en-us") -> np.ndarray:

@@ -12,7 +12,7 @@ Text that arrives while it is spoken (an LLM's tokens): `speak(..., more_text=Tr
 
 One Client is used from one thread (ZeroMQ sockets are not thread-safe); use one Client per thread.
 
-Over tcp:// to a daemon with CURVE (README "Security"), give the daemon's public key and this
+Over tcp:// to a daemon with CURVE (docs/security.md), give the daemon's public key and this
 client's certificate: `Client(endpoint, server_key="server.key", certificate="me.key_secret")`, or
 set $EDGED_SERVER_KEY and $EDGED_CLIENT_CERT. `subscribe` opens the event socket the same way.
 """

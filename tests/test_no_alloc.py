@@ -7,7 +7,7 @@ values pass Python's cache of small ints and become objects, a few dozen bytes e
 file's growth counts on its own, so one file's frees cannot hide another's leak), and within any
 one frame its peak may not rise more than 3 KiB above where the frame started (no per-frame
 arrays: one noise row alone is 12 KiB, one vocoder window of PCM 7.5 KiB per frame). These are the
-bounds the README claims.
+bounds docs/architecture.md claims.
 
 Growth leaves out what onnxruntime's own Python binding allocates inside `run_with_iobinding`: it
 keeps a pool of small (124-byte) objects that it replaces as it runs, and depending on where in
@@ -197,7 +197,7 @@ def test_admission_retains_nothing(builtin_artifact, backend):
     admissions, in the median of three such windows (a retained object per admission would be
     >= 9 KiB in each; a dict resized or a long-lived object replaced once shows in one), and no
     iteration, admitting or not, may peak more than 64 KiB above where it started. These are the
-    bounds the README claims."""
+    bounds docs/architecture.md claims."""
     import gc
     import logging
 

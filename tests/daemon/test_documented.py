@@ -1,4 +1,4 @@
-"""Behaviour the README documents, each through the real daemon (or the real CLI)."""
+"""Behaviour the README and docs/ document, each through the real daemon (or the real CLI)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The soak (scripts/soak.py), shorter: 150 mixed requests (whole, streamed text, cancelled, clients
 vanishing mid-stream, history) through the real daemon; after warm-up its file descriptors and
-threads do not grow at all and its resident memory by at most the bound the README states."""
+threads do not grow at all and its resident memory by at most the bound docs/performance.md states."""
 
 from __future__ import annotations
 

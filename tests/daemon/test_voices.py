@@ -194,8 +194,8 @@ def test_an_artifact_without_a_clone_encoder_refuses_voice_ops(tmp_path, artifac
 def test_replies_keep_coming_while_a_voice_is_enrolled(tmp_path):
     """The voice thread encodes on engines of its own: a reply that is running when a 30 s reference
     is enrolled in context (the longest, and the costliest mode) keeps getting audio while it is
-    encoded, and ends as it would have. (How much the shared CPU slows it: README "Voice cloning",
-    scripts/bench/clone.py.)"""
+    encoded, and ends as it would have. (How much the shared CPU slows it: docs/performance.md, "Voice
+    cloning", scripts/bench/clone.py.)"""
     import threading
     import time
 

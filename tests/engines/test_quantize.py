@@ -1,7 +1,7 @@
 """Weight-only int8 / int4 artifacts (engines/quantize.py): the block quantization itself, the graphs
 it writes (DequantizeLinear before each MatMul of a weight one product reads, which ONNX Runtime
 fuses into MatMulNBits), the manifest that says so, the CLI, and the teacher-forced comparison with
-fp32 (scripts/quant_quality.py) that the README's quality table comes from."""
+fp32 (scripts/quant_quality.py) that docs/performance.md's quality table comes from."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ install: $(BIN)/python
 # The runtime + the front doors + the engine toolchain + the public reference (qwen-tts, without its demo deps).
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[export,test,systemd,doors]'
+	$(BIN)/pip install -q -e '.[export,test,systemd,doors,bench]'
 	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
 	$(BIN)/pip install -q --no-deps silero-vad==6.2.3
 

@@ -8,6 +8,7 @@
 #   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
 #   procps                          pgrep: the audio tests check that no JACK server runs before clearing its leftovers
 #   espeak-ng                       speech for the VAD tests and scripts/bench/vad.py
+#   libspeexdsp1                    speexdsp's echo canceller, which scripts/bench/echo.py measures edged's against
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
 # is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2 espeak-ng procps)
+packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2 espeak-ng procps libspeexdsp1)
 if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
     packages+=(python3-dev)
 fi

@@ -1,122 +1,176 @@
 """Echo cancellation: remove the daemon's own voice from the microphone before the VAD hears it.
 
 The daemon knows what it played: the speaker's tap holds every sample sent to the DAC, and the
-listener reads it as a second stream beside the microphone's, just behind the newest tapped
-sample, so the echo always lags its reference. What is left for this module is the echo path: a
-delay (estimated, 0..max_delay_s) and a filter (learned).
+listener reads it as a second stream beside the microphone's, so the echo lags its reference by the
+output and input latency and the room's own delay. What is left for this module is the room: a
+loudspeaker a few centimetres from the microphone, whose echo is louder than any user and whose
+reverberation lasts a few hundred ms (docs/audio.md has the measurements behind each choice).
 
-- Delay: GCC-PHAT between the last second of microphone and reference, searched over
-  [0, max_delay_s]; re-estimated every half second while the reference carries sound, and taken only
-  when its peak stands clear of the rest (a clear, repeatable alignment).
-- Filter: per STFT bin (sqrt-Hann, 50% overlap, hop = block), one complex tap from exponentially
-  averaged cross- and auto-spectra, H = S_mx / S_xx (a Wiener estimate). The user's speech is
-  uncorrelated with the reference, so double talk adds noise to S_mx but does not bias it: no
-  double-talk detector is needed to keep the filter from diverging, unlike an NLMS canceller.
-- Output: the residual M - H X, resynthesized by overlap-add; one block out per block in, one block
-  of delay.
-- Rollback: the user's speech does not bias the averages, but it does add variance. The VAD
-  recognizes speech only some time after it begins (the listener then holds the filter), so the
-  filter is checkpointed every CHECKPOINT_S. `rollback` restores the filter as it was about
-  rollback_s ago, from before the double talk began. Without this, the next reply would start
-  against a noisy filter, and its first few hundred ms of echo could sound like the user.
-  It rolls back only when the reference has been sounding, without a pause of QUIET_S, for the
-  whole of rollback_s. The checkpoint was then learned on this same echo. Earlier in a reply, what
-  the filter learned is mostly the reply's own echo, and restoring the filter from before the reply
-  would throw it away. A filter still converging could then cut every reply early and never learn.
+- **Where the echo starts.** The reference is delayed by `lag` before the filter: the known latency
+  (given by the listener: the speaker's DAC latency plus the microphone's) less LEAD_BLOCKS blocks,
+  so the direct path falls in the filter's first partitions from the first block on. A GCC-PHAT
+  search (every half second of sound) moves `lag` only when the echo's peak lies outside those
+  partitions (the latency was misreported), and the filter starts over there.
+- **The filter** spans the room: TAIL_S of echo in partitions of one block each (partitioned-block
+  frequency-domain filter, overlap-save), adapted as a Kalman filter per bin and partition: each
+  partition's step is its uncertainty P over the expected error power. P starts as a prior of how a
+  room's echo decays (PRIOR_RT60_S) and shrinks as the filter learns, so the first echo is learned
+  fast and a converged filter moves little. The error power the filter cannot explain (the user,
+  noise) is estimated each block and slows the step: the user's speech cannot bias the filter, and
+  double talk needs no detector and no hold.
+- **Path changes.** A person moving or the device being moved changes the echo. The residual then
+  follows the echo estimate (a user's voice does not): when the residual coherent with the estimate
+  is a good share of the residual (COHERENT_SHARE) and more than P expects (REOPEN), P is scaled up
+  to match and no lower than the prior's share of it, and the filter learns again as it did at
+  first.
+- **The suppressor** (a residual echo suppressor, per bin, on a sqrt-Hann WOLA of the residual):
+  the residual echo expected from the filter's uncertainty (sum of P |X|^2), from what the linear
+  filter cannot model (a leakage factor times the echo estimate's power: the loudspeaker's
+  distortion, estimated by regression as speexdsp does) and the part of the residual coherent with
+  the echo estimate (a path change) is subtracted by a spectral gain (over-subtraction OVER, floor
+  FLOOR_DB). The user's speech passes where it stands above the expected residual.
+- **What the gate reads.** Per block: the output's energy and the residual echo expected in it
+  (after the gain), the coherent part from a faster estimate (GATE_COHERENCE) so that a changed
+  path's first blocks are counted as echo too. `near_end()` says whether the output stands above
+  that echo by NEAR_DB; the listener lets speech barge in only on such blocks. A canceller that has
+  not learned the echo expects all its prior allows, so its echo never passes as a user.
 
-All arrays are allocated at construction; `process` writes into them.
+Output: one block out per block in, one block late (the WOLA). All arrays are allocated at
+construction.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-CHECKPOINT_S = 0.05
-"""Interval between checkpoints of the filter (and its delay and ERLE) that `rollback` restores."""
-QUIET_S = 0.2
-"""A pause in the reference this long ends a stretch of sound (replies have shorter pauses)."""
+TAIL_S = 0.3
+"""Echo the filter spans after the direct path: the energy of a 0.5 s room beyond 300 ms is 50 dB down."""
+LEAD_BLOCKS = 2
+"""Partitions before the expected direct path (the known latency may be a little long)."""
+PRIOR_RT60_S = 0.3
+"""The reverberation the prior expects: each partition's prior uncertainty decays 60 dB in this time."""
+PRIOR_GAIN = 10.0
+"""The echo the prior allows in its direct partition: up to 10 dB above the reference's level (a
+microphone next to the loudspeaker). Until the filter has learned the room, it expects this much."""
+PROCESS_NOISE = 1e-3
+"""The Kalman filter's process noise per block, relative to each tap's power: how fast it forgets."""
+NEAR_END_SMOOTHING = 0.5
+"""Smoothing of the unexplained error power per block (the user and the noise)."""
+COHERENCE = 0.85
+"""Smoothing of the residual/echo-estimate cross-spectra per block (about 70 ms)."""
+GATE_COHERENCE = 0.6
+"""The same, faster, for the near-end verdict: a path change must not pass for the user while the
+slower estimate catches up."""
+REOPEN = 2.0
+"""The coherent residual must exceed the residual P expects by this factor before P is scaled up..."""
+COHERENT_SHARE = 0.25
+"""...and be this share of the residual: a changed path's residual follows the echo estimate, a
+user's does not (its coherence with the estimate is only the smoothing's bias, about 0.08)."""
+UNLEARNED = 0.1
+"""The delay search finds an echo, and the filter's taps hold less than this share of the
+microphone's power over the reference's: the echo is new (the path changed from none)."""
+OVER = 2.0
+"""Over-subtraction of the expected residual echo in the suppressor's gain."""
+FLOOR_DB = -40.0
+"""The suppressor's deepest cut."""
+SMOOTHING = 0.6
+"""Smoothing of the suppressor's power estimates per block (fewer isolated bins left over)."""
+LEAK_SMOOTHING = 0.95
+"""Smoothing of the leakage regression per block."""
+NEAR_DB = 6.0
+"""A block is the user's (near end) when its output stands this far above the echo expected in it."""
 
 
 class EchoCanceller:
-    def __init__(self, rate: int, block: int, max_delay_s: float = 0.5, smoothing_s: float = 0.3,
-                 history_s: float = 1.0, rollback_s: float = 0.5) -> None:
+    def __init__(self, rate: int, block: int, *, latency: int = 0, max_delay_s: float = 0.5, history_s: float = 1.0) -> None:
         self.rate, self.block = rate, block
-        self.frame = 2 * block
-        self.window = np.sqrt(np.hanning(self.frame + 1)[:-1]).astype(np.float32)  # periodic sqrt-Hann
-        bins = block + 1
+        b, bins = block, block + 1
+        self.parts = k = int(np.ceil(TAIL_S * rate / block)) + LEAD_BLOCKS
         self.max_lag = int(max_delay_s * rate)
-        self.alpha = float(np.exp(-block / (smoothing_s * rate)))
-        # the reference history must reach back max_lag plus one frame
-        self.ref = np.zeros(self.max_lag + 4 * block, dtype=np.float32)
-        self.mic = np.zeros(2 * block, dtype=np.float32)
-        self.out = np.zeros(2 * block, dtype=np.float32)
-        self.s_mx = np.zeros(bins, dtype=np.complex128)
-        self.s_xx = np.full(bins, 1e-9, dtype=np.float64)
-        self.lag = 0
-        self.lags_found = 0
-        self.hist = max(int(history_s * rate) // block * block, 4 * block)
+        self.latency = min(max(latency, 0), self.max_lag)
+        self.lag = max(0, self.latency - LEAD_BLOCKS * b)
+        """Samples the reference is delayed by before the filter."""
+        self.delay = b
+        """Samples the output lags the input."""
+        self.ref = np.zeros(self.max_lag + 3 * b, dtype=np.float32)
+        self.spectra = np.zeros((2 * k, bins), dtype=np.complex128)
+        """Reference spectra, twice over, so spectra[head:head + parts] is the newest first."""
+        self.head = 0
+        self.w = np.zeros((k, bins), dtype=np.complex128)
+        self.p = np.zeros((k, bins), dtype=np.float64)
+        age = np.arange(k) - LEAD_BLOCKS
+        decay = 10 ** (-6 * np.maximum(age, 0) * b / rate / PRIOR_RT60_S)
+        decay[age < -1] = 0.01
+        if LEAD_BLOCKS:
+            decay[LEAD_BLOCKS - 1] = 0.3
+        self.prior = PRIOR_GAIN * decay[:, None] * np.ones(bins)
+        """How uncertain each tap is before anything is learned: the echo a room may have."""
+        self.psi = np.zeros(bins)
+        self.err = np.zeros(2 * b)
+        self.window = np.sqrt(np.hanning(2 * b + 1)[:-1])  # periodic sqrt-Hann
+        self.res_frame = np.zeros(2 * b)
+        self.est_frame = np.zeros(2 * b)
+        self.tail = np.zeros(b)
+        self.s_ey = np.zeros(bins, dtype=np.complex128)
+        self.s_yy = np.zeros(bins)
+        self.g_ey = np.zeros(bins, dtype=np.complex128)
+        self.g_yy = np.zeros(bins)
+        self.s_ee = np.zeros(bins)
+        self.s_rr = np.zeros(bins)
+        self.p_ey = self.p_yy = 0.0
+        self.leak = 0.0
+        self.floor = 10 ** (FLOOR_DB / 10)
+        self.hist = max(int(history_s * rate) // b * b, 4 * b)
         self.mic_hist = np.zeros(self.hist, dtype=np.float32)
         self.ref_hist = np.zeros(self.hist + self.max_lag, dtype=np.float32)
-        self.blocks = 0
-        self.sound_blocks = 0
-        n = 1 << int(np.ceil(np.log2(self.hist + self.ref_hist.shape[0])))
-        self.nfft = n
-        self.erle_db = 0.0
-        """Echo return loss enhancement over the last blocks with sound in the reference (dB)."""
-        self._e_mic = 1e-12
-        self._e_res = 1e-12
-        self.every = max(1, round(CHECKPOINT_S * rate / block))
-        """Blocks between checkpoints; the ring holds rollback_s of them, the oldest is restored."""
-        slots = max(2, int(np.ceil(rollback_s * rate / (block * self.every))) + 1)
-        self.saved_mx = np.zeros((slots, bins), dtype=np.complex128)
-        self.saved_xx = np.full((slots, bins), 1e-9, dtype=np.float64)
-        self.saved = np.zeros((slots, 4), dtype=np.float64)
-        """Per checkpoint: lag, erle_db, _e_mic, _e_res."""
-        self.checkpoints = 0
-        self.quiet_blocks = self.sounding_blocks = 0
-        """Consecutive blocks without sound in the reference; blocks since its sound resumed."""
-        self.quiet_limit = max(1, round(QUIET_S * rate / block))
-        self.rollback_blocks = int(np.ceil(rollback_s * rate / block))
+        self.nfft = 1 << int(np.ceil(np.log2(self.hist + self.ref_hist.shape[0])))
+        self.every = max(1, rate // (2 * b))
+        self.reset()
 
     def reset(self) -> None:
-        """Forget the echo path (a new device): filter, delay and histories."""
-        for a in (self.ref, self.mic, self.out, self.mic_hist, self.ref_hist):
+        """Forget the echo path (a new device): filter, uncertainty, delay and histories."""
+        for a in (self.ref, self.err, self.res_frame, self.est_frame, self.tail, self.mic_hist, self.ref_hist):
             a[:] = 0.0
-        self.s_mx[:] = 0.0
-        self.s_xx[:] = 1e-9
-        self.lag = self.lags_found = self.blocks = self.sound_blocks = 0
-        self.checkpoints = self.quiet_blocks = self.sounding_blocks = 0
+        self._restart(max(0, self.latency - LEAD_BLOCKS * self.block))
+        self.blocks = self.sound_blocks = 0
+        self.lags_found = 0
+        self.path_changes = 0
+        """Episodes of a residual coherent with the echo estimate beyond what the filter expected."""
+        self._changing = False
+        self.erle_db = 0.0
+        """Echo return loss enhancement over the last blocks with sound in the reference (dB)."""
+        self._e_mic = self._e_out = 1e-12
+        self.out_energy = self.echo_energy = 0.0
+        """The last block's output energy and the residual echo energy expected in it."""
+
+    def _restart(self, lag: int) -> None:
+        self.lag = lag
+        self.spectra[:] = 0.0
+        self.w[:] = 0.0
+        self.p[:] = self.prior
+        self.psi[:] = 0.0
+        self.s_ey[:] = self.g_ey[:] = 0.0
+        self.s_yy[:] = self.g_yy[:] = self.s_ee[:] = self.s_rr[:] = 0.0
+        self.p_ey = self.p_yy = 0.0
+        self.leak = 0.0
 
     def shift(self, samples: int) -> None:
         """The reference stream moved by `samples` against the microphone (the listener realigned
-        it): move the delay with it and keep the learned filter, when the delay stays in range."""
+        it): move the lag with it and keep the learned filter, when the lag stays in range."""
         lag = self.lag + samples
         if 0 <= lag <= self.max_lag:
             self.lag = lag
         else:
-            self.s_mx[:] = 0.0
-            self.s_xx[:] = 1e-9
-            self.lag = min(max(lag, 0), self.max_lag)
-        self.checkpoints = 0  # older filters belong to the old alignment
+            self._restart(min(max(lag, 0), self.max_lag))
 
-    def rollback(self) -> None:
-        """Restore the filter, its delay and ERLE as they were rollback_s ago (or at the oldest
-        checkpoint since the last reset, shift or rollback): before double talk began."""
-        if self.checkpoints == 0 or self.sounding_blocks < self.rollback_blocks:
-            return
-        slots = len(self.saved)
-        oldest = self.checkpoints % slots if self.checkpoints >= slots else 0
-        self.s_mx[:] = self.saved_mx[oldest]
-        self.s_xx[:] = self.saved_xx[oldest]
-        lag, self.erle_db, self._e_mic, self._e_res = self.saved[oldest]
-        self.lag = int(lag)
-        self.checkpoints = 0
+    def near_end(self) -> bool:
+        """The last block's output stands NEAR_DB above the residual echo expected in it."""
+        return self.out_energy > 10 ** (NEAR_DB / 10) * self.echo_energy
 
-    def process(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray, adapt: bool = True) -> None:
-        """One block: `mic` and `ref` (len == block) in, the residual out (the previous block's).
-        adapt=False (the user is speaking) holds the filter: double talk cannot bias its average,
-        but it adds variance the averages take ~smoothing_s to forget."""
-        b = self.block
+    def process(self, mic: np.ndarray, ref: np.ndarray, out: np.ndarray) -> None:
+        """One block: `mic` and `ref` (len == block) in, the suppressed residual out (the previous
+        block's)."""
+        b, k = self.block, self.parts
         self.ref[:-b] = self.ref[b:]
         self.ref[-b:] = ref
         self.mic_hist[:-b] = self.mic_hist[b:]
@@ -124,51 +178,110 @@ class EchoCanceller:
         self.ref_hist[:-b] = self.ref_hist[b:]
         self.ref_hist[-b:] = ref
         self.blocks += 1
-        sound = float(np.dot(ref, ref)) > 1e-7 * b
-        self.quiet_blocks = 0 if sound else self.quiet_blocks + 1
-        self.sounding_blocks = 0 if self.quiet_blocks >= self.quiet_limit else self.sounding_blocks + 1
+        end = len(self.ref) - self.lag
+        frame = self.ref[end - 2 * b:end]
+        sound = float(np.dot(frame[b:], frame[b:])) > 1e-7 * b
         if sound:
             self.sound_blocks += 1
-            if self.sound_blocks % max(1, self.rate // (2 * b)) == 0:
-                self._estimate_lag()
+            if self.sound_blocks % self.every == 0:
+                self._search_lag()
+                end = len(self.ref) - self.lag
+                frame = self.ref[end - 2 * b:end]
 
-        self.mic[:b] = self.mic[b:]
-        self.mic[b:] = mic
-        m = np.fft.rfft(self.mic * self.window)
-        end = len(self.ref) - self.lag
-        x = np.fft.rfft(self.ref[end - self.frame:end] * self.window)
-        if sound and adapt:
-            a = self.alpha
-            self.s_mx *= a
-            self.s_mx += (1 - a) * m * np.conj(x)
-            self.s_xx *= a
-            self.s_xx += (1 - a) * (x.real ** 2 + x.imag ** 2)
-        e = m - (self.s_mx / self.s_xx) * x
-        y = np.fft.irfft(e, self.frame).astype(np.float32) * self.window
-        out[:] = self.out[b:] + y[:b]
-        self.out[:b] = 0.0
-        self.out[b:] = y[b:]
+        # the filter: echo estimate and residual (overlap-save)
+        self.head = (self.head - 1) % k
+        self.spectra[self.head] = self.spectra[self.head + k] = np.fft.rfft(frame)
+        x = self.spectra[self.head:self.head + k]  # [parts, bins], the newest first
+        x2 = x.real ** 2 + x.imag ** 2
+        y = np.fft.irfft(np.einsum("kf,kf->f", self.w, x), 2 * b)[b:]
+        e = mic - y
+        self.err[b:] = e
+        err = np.fft.rfft(self.err)
+        expected = np.einsum("kf,kf->f", self.p, x2)  # the residual echo the uncertainty allows
+
+        # the residual as the echo estimate explains it (WOLA domain, the suppressor's)
+        self.res_frame[:b] = self.res_frame[b:]
+        self.res_frame[b:] = e
+        self.est_frame[:b] = self.est_frame[b:]
+        self.est_frame[b:] = y
+        res = np.fft.rfft(self.res_frame * self.window)
+        est = np.fft.rfft(self.est_frame * self.window)
+        res2 = res.real ** 2 + res.imag ** 2
+        est2 = est.real ** 2 + est.imag ** 2
+        c = COHERENCE
+        self.s_ey *= c
+        self.s_ey += (1 - c) * res * np.conj(est)
+        self.s_yy *= c
+        self.s_yy += (1 - c) * est2
+        coherent = (self.s_ey.real ** 2 + self.s_ey.imag ** 2) / np.maximum(self.s_yy, 1e-20)
+        g = GATE_COHERENCE
+        self.g_ey *= g
+        self.g_ey += (1 - g) * res * np.conj(est)
+        self.g_yy *= g
+        self.g_yy += (1 - g) * est2
+        coherent_now = (self.g_ey.real ** 2 + self.g_ey.imag ** 2) / np.maximum(self.g_yy, 1e-20)
+
+        if sound:  # silence teaches nothing, and the path is no less known after it
+            self._adapt(x, x2, err, expected, coherent, est2, res2)
+            self._leakage(res2, est2)
+
+        # the suppressor
+        echo = expected + self.leak * est2 + coherent
+        s = SMOOTHING
+        self.s_ee *= s
+        self.s_ee += (1 - s) * res2
+        self.s_rr *= s
+        self.s_rr += (1 - s) * echo
+        gain = np.maximum(self.floor, 1 - OVER * self.s_rr / np.maximum(self.s_ee, 1e-20))
+        self.out_energy = float(np.dot(gain, res2))
+        self.echo_energy = float(np.dot(gain, np.maximum(echo, expected + self.leak * est2 + coherent_now)))
+        y_out = np.fft.irfft(res * np.sqrt(gain), 2 * b) * self.window
+        out[:] = self.tail + y_out[:b]
+        self.tail[:] = y_out[b:]
         if sound:
             self._e_mic = 0.95 * self._e_mic + 0.05 * float(np.dot(mic, mic))
-            self._e_res = 0.95 * self._e_res + 0.05 * float(np.dot(out, out))
-            self.erle_db = float(10 * np.log10(self._e_mic / max(self._e_res, 1e-12)))
-        if self.blocks % self.every == 0:
-            self._checkpoint()
+            self._e_out = 0.95 * self._e_out + 0.05 * float(np.dot(out, out))
+            self.erle_db = float(10 * np.log10(self._e_mic / max(self._e_out, 1e-12)))
 
-    def _checkpoint(self) -> None:
-        slot = self.checkpoints % len(self.saved)
-        self.saved_mx[slot] = self.s_mx
-        self.saved_xx[slot] = self.s_xx
-        row = self.saved[slot]
-        row[0], row[1], row[2], row[3] = self.lag, self.erle_db, self._e_mic, self._e_res
-        self.checkpoints += 1
+    def _adapt(self, x: np.ndarray, x2: np.ndarray, err: np.ndarray, expected: np.ndarray,
+               coherent: np.ndarray, est2: np.ndarray, res2: np.ndarray) -> None:
+        """One Kalman step of every partition (the diagonal, partitioned form)."""
+        b = self.block
+        seen, believed = float(coherent.sum()), float(expected.sum())
+        changed = seen > REOPEN * believed and seen > COHERENT_SHARE * float(res2.sum()) and seen > 1e-3 * float(est2.sum())
+        if changed:  # the path changed: P was too sure of itself, and the prior says where to look
+            self.p *= seen / believed
+            np.maximum(self.p, self.prior * min(1.0, seen / float(est2.sum())), out=self.p)
+            expected[:] = np.einsum("kf,kf->f", self.p, x2)
+            self.path_changes += not self._changing
+        self._changing = changed
+        err2 = err.real ** 2 + err.imag ** 2
+        unexplained = np.maximum(err2 - expected, 0.0)
+        self.psi *= NEAR_END_SMOOTHING
+        self.psi += (1 - NEAR_END_SMOOTHING) * unexplained
+        step = self.p / (expected + 2 * np.maximum(self.psi, unexplained) + 1e-20)
+        grad = np.fft.irfft(step * np.conj(x) * err, 2 * b, axis=1)
+        grad[:, b:] = 0.0  # each partition is one block of taps (the gradient constraint)
+        self.w += np.fft.rfft(grad, axis=1)
+        self.p *= 1 - 0.5 * step * x2
+        self.p *= 1 - PROCESS_NOISE
+        self.p += PROCESS_NOISE * (self.w.real ** 2 + self.w.imag ** 2)
 
-    def _estimate_lag(self) -> None:
-        """GCC-PHAT over the histories: the lag (>= 0) at which the microphone best follows the reference."""
+    def _leakage(self, res2: np.ndarray, est2: np.ndarray) -> None:
+        """The residual power that follows the echo estimate's power: what the linear filter cannot
+        model (speexdsp's leak estimate: a regression of |residual|^2 on |estimate|^2)."""
+        de = res2 - res2.mean()
+        dy = est2 - est2.mean()
+        r = LEAK_SMOOTHING
+        self.p_ey = r * self.p_ey + (1 - r) * float(np.dot(de, dy))
+        self.p_yy = r * self.p_yy + (1 - r) * float(np.dot(dy, dy))
+        self.leak = min(max(self.p_ey / max(self.p_yy, 1e-30), 0.005), 0.5)
+
+    def _search_lag(self) -> None:
+        """GCC-PHAT over the histories: where the microphone best follows the reference. The lag
+        moves only when that peak lies outside the filter's lead partitions."""
         n = self.nfft
-        mic = np.fft.rfft(self.mic_hist, n)
-        ref = np.fft.rfft(self.ref_hist, n)
-        cross = mic * np.conj(ref)
+        cross = np.fft.rfft(self.mic_hist, n) * np.conj(np.fft.rfft(self.ref_hist, n))
         cross /= np.abs(cross) + 1e-12
         cc = np.fft.irfft(cross, n)
         # cc[k] = sum_i mic_hist[i + k] ref_hist[i]; an echo mic(t) = ref(t - L) pairs mic_hist[i]
@@ -177,10 +290,23 @@ class EchoCanceller:
         peak = int(np.argmax(lags))
         height = lags[peak]
         rest = np.delete(lags, slice(max(0, peak - 8), peak + 9))
-        if height > 6 * (np.std(rest) + 1e-12) and height > 0.05:
-            lag = peak
-            if lag != self.lag:
-                self.s_mx[:] = 0.0  # a new alignment: learn the filter again
-                self.s_xx[:] = 1e-9
-            self.lag = lag
-            self.lags_found += 1
+        if not (height > 6 * (np.std(rest) + 1e-12) and height > 0.05):
+            return
+        self.lags_found += 1
+        b = self.block
+        if not self.lag <= peak < self.lag + (LEAD_BLOCKS + 1) * b:
+            self._restart(max(0, peak - LEAD_BLOCKS * b))
+            return
+        # An echo where the filter has learned next to none (the loudspeaker was silent in the
+        # microphone until now, or far quieter): as uncertain as the prior, at the level the
+        # microphone now has against the reference.
+        allowed = float(np.dot(self.mic_hist, self.mic_hist)) / max(float(np.dot(self.ref_hist, self.ref_hist)), 1e-20)
+        learned = float(np.sum(self.w.real ** 2 + self.w.imag ** 2)) / self.w.shape[1]
+        if learned < UNLEARNED * allowed:
+            np.maximum(self.p, self.prior * (allowed / PRIOR_GAIN), out=self.p)
+            self.path_changes += 1
+
+    def echo_delay(self) -> int:
+        """Samples from the reference to the echo's strongest tap (the lag and the filter's peak)."""
+        taps = np.fft.irfft(self.w, 2 * self.block, axis=1)[:, :self.block]
+        return self.lag + int(np.argmax(np.abs(taps).ravel()))

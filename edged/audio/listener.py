@@ -33,9 +33,9 @@ log = logging.getLogger("edged.listener")
 
 MIC_SECONDS = 4.0
 """Microphone samples kept in the tap: how far the listener thread may fall behind."""
-HOLD_AFTER_ERLE_DB = 10.0
-"""When the VAD hears the user start, the echo canceller's filter is rolled back to before the speech
-began, and it is held while the user speaks if it cancelled at least this much then."""
+NEAR_END_SHARE = 0.5
+"""Speech barges in only when at least this share of the echo canceller's blocks over the last
+vad.min_speech_ms stood above the echo expected in them (`EchoCanceller.near_end`)."""
 REALIGN_AFTER_S = 0.5
 """The speaker's tap may run this far ahead of the reference before the two are realigned."""
 RESAMPLE_QUALITY = "LQ"
@@ -86,14 +86,16 @@ class Listener:
         self.gate = SpeechGate(vad.threshold, min_speech_ms=vad.min_speech_ms, min_silence_ms=vad.min_silence_ms)
         self.mic: Microphone | None = None
         self.echo: EchoCanceller | None = None
-        self.filter_held = False
-        """The echo canceller's filter is held (the user speaks; see HOLD_AFTER_ERLE_DB)."""
+        self.near = np.zeros(1, dtype=bool)
+        """The canceller's near-end verdict on each of the last blocks (a ring; see NEAR_END_SHARE)."""
         self.ref_offset: int | None = None
         self.state = "none"
         """none (no device yet) | open | lost."""
         self.error: str | None = None
         self.barge_ins = 0
         self.speech_starts = 0
+        self.echo_refusals = 0
+        """Speech heard while a reply played that the gate took for the reply's own echo."""
         self.overruns = 0
         self._lock = threading.Lock()
         """Held while the stream is opened, closed or read (the speaker's rescan closes it too)."""
@@ -150,9 +152,14 @@ class Listener:
         self.resampler = soxr.ResampleStream(mic.rate, self.vad.sample_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
         playback = self.speaker.playback if self.speaker is not None else None
         same_rate = playback is not None and playback.tap is not None and playback.device_rate == mic.rate
-        self.echo = EchoCanceller(mic.rate, self.block) if self.vad_cfg.echo_cancel and same_rate else None
+        self.echo = None
+        if self.vad_cfg.echo_cancel and same_rate and playback is not None:
+            # the echo lags the reference by the output's and the input's latency, plus the room
+            latency = round((playback.dac_latency_s + mic.latency_s) * mic.rate)
+            self.echo = EchoCanceller(mic.rate, self.block, latency=latency)
+        self.near = np.ones(max(1, -(-self.vad_cfg.min_speech_ms * mic.rate // (1000 * self.block))), dtype=bool)
+        self._near_at = 0
         self.ref_offset = None
-        self.filter_held = False
         self._stall.restart()
         self.vad.reset()
         self.gate.reset()
@@ -206,7 +213,9 @@ class Listener:
         mic.tap.read(self.index, self.mic_block)
         if self.echo is not None:
             self._reference(mic)
-            self.echo.process(self.mic_block, self.ref_block, self.clean, adapt=not self.filter_held)
+            self.echo.process(self.mic_block, self.ref_block, self.clean)
+            self.near[self._near_at] = self.echo.near_end()
+            self._near_at = (self._near_at + 1) % len(self.near)
         else:
             self.clean[:] = self.mic_block
         self.index += self.block
@@ -257,32 +266,23 @@ class Listener:
 
     def _speech(self, event: str | None) -> None:
         """VAD decisions -> `vad` events; user speech (begun now or earlier) while a reply is heard
-        -> barge-in."""
+        -> barge-in, when the echo canceller says the speech stands above the echo it expects."""
         speaker = self.speaker
         heard = speaker is not None and speaker.speaking()
+        near_end = float(self.near.mean()) >= NEAR_END_SHARE
         if event is not None:
             self.speech_starts += event == "start"
-            self._hold_filter(event == "start")
+            self.echo_refusals += event == "start" and heard and not near_end
             mic = self.mic  # captured audio not yet processed: the listener's lag behind the microphone
             behind_ms = (mic.tap.written - self.index) * 1000 / mic.rate if mic is not None else 0.0
             self.events.publish("vad", {"state": event, "mic_sample": self.mic_samples + self.vad.frame,
-                                        "behind_ms": round(behind_ms, 1), "while_playing": heard})
-        if heard and self.gate.speaking and self.cfg.barge_in and speaker is not None:
+                                        "behind_ms": round(behind_ms, 1), "while_playing": heard,
+                                        "near_end": near_end})
+        if heard and self.gate.speaking and near_end and self.cfg.barge_in and speaker is not None:
             cut = speaker.interrupt()
             if cut:
                 self.barge_ins += 1
                 log.info("barge-in: user speech while playing; %d repl%s cut", len(cut), "y" if len(cut) == 1 else "ies")
-
-    def _hold_filter(self, speech: bool) -> None:
-        """User speech begins: the echo canceller goes back to its filter from before the speech
-        (what it learned since is double talk) and keeps it while the user speaks, if it was worth
-        keeping. Speech ends: it adapts again."""
-        echo = self.echo
-        if echo is None:
-            return
-        if speech:
-            echo.rollback()
-        self.filter_held = speech and echo.erle_db > HOLD_AFTER_ERLE_DB
 
     def _on_lost(self, mic: Microphone) -> None:
         log.error("listener: input device %s stopped calling back for %d ms; reopening with backoff",
@@ -299,7 +299,8 @@ class Listener:
         mic = self.mic
         out: dict[str, Any] = {"state": self.state, "configured": self.cfg.input_device or "(default)",
                                "barge_in": self.cfg.barge_in, "speech_starts": self.speech_starts,
-                               "barge_ins": self.barge_ins, "speaking": self.gate.speaking, "overruns": self.overruns}
+                               "barge_ins": self.barge_ins, "echo_refusals": self.echo_refusals,
+                               "speaking": self.gate.speaking, "overruns": self.overruns}
         if self.error and self.state != "open":
             out["error"] = self.error
         if mic is not None:
@@ -307,7 +308,8 @@ class Listener:
                        overflows=mic.overflows,
                        echo_cancel=self.echo is not None,
                        echo_erle_db=round(self.echo.erle_db, 1) if self.echo is not None else None,
-                       echo_delay_ms=round(self.echo.lag * 1000 / mic.rate, 2) if self.echo is not None else None,
+                       echo_delay_ms=round(self.echo.echo_delay() * 1000 / mic.rate, 2) if self.echo is not None else None,
                        echo_alignments=self.echo.lags_found if self.echo is not None else 0,
+                       echo_path_changes=self.echo.path_changes if self.echo is not None else 0,
                        reference_offset=self.ref_offset)
         return out

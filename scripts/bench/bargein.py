@@ -1,18 +1,25 @@
-"""Barge-in latency and cursor error of the real daemon on a real audio server (JACK dummy, 24 kHz).
+"""Barge-in on a real audio server (JACK dummy, 24 kHz, 256-frame periods): through simulated rooms,
+and through a wire.
 
-    .venv/bin/python scripts/bench/bargein.py [--runs 8]
+    .venv/bin/python scripts/bench/bargein.py [--room-runs 4] [--wire-runs 8] [--only room wire]
 
-Starts jackd (dummy backend, 256-frame periods), the daemon on the built-in tiny artifact, and a
-JACK client that records the daemon's output port and plays espeak-ng speech into its input port
-together with the daemon's own output (a loopback, as a room mixes them). Per run, one reply plays,
-speech starts 1.0-2.0 s into it, and the script measures on the JACK clock:
+Room (tests/support/room_rig.py, as tests/audio/test_room.py): the daemon's output goes through a
+room into its own microphone (6.7 cm from the loudspeaker, reverberation 0.25 and 0.5 s, a mildly
+clipping loudspeaker, -62 dBFS microphone noise, the device's DAC and ADC latency). Its voice is
+espeak-ng speech standing in for the PCM at the speaker's input (tests/support/voiced.py), and
+then the built-in model's babble. Per voice and room, on the JACK clock:
 
-- onset -> silence: the speech's first sample on the input port to the reply's last sample on the
-  output port (what a listener experiences);
-- VAD decision: the onset to the VAD's start decision, both on the daemon's published mic audio;
-- cut: onset -> silence minus the decision (the path from the decision to the speaker);
-- played_ms error: the `done` report's played_ms vs the samples recorded on the output port;
-- cursor error: `status`'s live cursor mid-reply vs the recording moved to the DAC (latency L).
+- replies of 10 s with no user: how many the daemon cut itself (`interrupted`), false VAD starts,
+  and the canceller's ERLE (`status`) at the end: the first reply after boot or after entering the
+  room, the first after someone moved (a path change between replies), and `--room-runs` more;
+- a user (espeak-ng, 6 voices and phrases) 5 and 10 dB below the echo, starting 2.5-3.5 s into a
+  reply, and 5 dB below it 0.1-0.3 s into a reply: the user's onset at the microphone -> the reply's
+  last sample out of the loudspeaker.
+
+Wire: the daemon's output looped straight into its input (a pure delay: any canceller removes it
+whole) with speech mixed in 1.0-2.0 s into a reply: onset -> silence on the output port, the VAD's
+decision on the published mic audio, the path from the decision to silence, the `done` report's
+played_ms and the status cursor against the recording.
 """
 
 from __future__ import annotations
@@ -31,26 +38,97 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, start_jack
 
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "audio")]
+sys.path[:0] = [str(ROOT / "tests")]
 
+RATE, PERIOD = 24000, 256
 VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]
 PHRASES = ["Stop! Please stop talking now.", "Wait a moment.", "No, that is not what I asked.",
            "Hey, hold on.", "Excuse me, can you repeat that?", "Okay, thanks, that is enough."]
+REPLY = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
+SPEECH = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
+          "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
+          "returns, and the weekend looks warm and dry.")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=8)
-    args = p.parse_args()
-    jackd = start_jack("edged-bench")
-    name = os.environ["JACK_DEFAULT_SERVER"]
+def summary(title: str, rows: list[dict[str, float]], keys: list[str]) -> None:
+    print(f"\n{title}: {len(rows)} runs")
+    for key in keys:
+        values = [r[key] for r in rows if r[key] == r[key]]
+        if values:
+            print(f"  {key:30s} median {statistics.median(values):8.1f}  min {min(values):8.1f}  max {max(values):8.1f}"
+                  f"{'' if len(values) == len(rows) else f'  ({len(rows) - len(values)} without)'}")
+
+
+def rooms(args, name: str, tmp: Path) -> None:
+    from support.patchbay import audio_rig, espeak, quiet, wait_recorded
+    from support.room import Room, active_rms
+    from support.room_rig import RoomRig
+
+    for voice in ("speech", "babble"):
+        path = None
+        (tmp / voice).mkdir()
+        if voice == "speech":
+            speech = espeak(SPEECH, tmp)
+            path = tmp / "voice.npy"
+            np.save(path, (speech / active_rms(speech) * 10 ** (-24 / 20)).astype(np.float32))
+        with audio_rig(name, tmp / voice, "lost_after_ms = 5000\n", voice=path) as (daemon, bay, sub, client, _):
+            audio = client.status()["audio"]
+            latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
+            rig = None
+            rng = np.random.default_rng(0)
+            for rt60, seed in ((0.5, 1), (0.25, 2)):
+                if rig is None:
+                    rig = RoomRig(name, Room(rt60, seed=seed), latency=latency)
+                    bay.patch(record=True)
+                    rig.connect(*bay.daemon_ports())
+                else:
+                    rig.enter(Room(rt60, seed=seed))
+                alone: list[dict[str, float]] = []
+                for run in range(args.room_runs + 2):
+                    if run == 1:
+                        rig.move()
+                    quiet(client)
+                    sub.clear()
+                    done = client.speak(REPLY, max_audio_ms=10000).wait()
+                    status = client.status()["audio"]["input"]
+                    alone.append({"cut_itself": float(done.reason == "interrupted"),
+                                  "false_vad_starts": float(len([e for e in sub.of("vad") if e["state"] == "start"])),
+                                  "erle_db": status["echo_erle_db"]})
+                    label = "first in the room" if run == 0 else "first after a move" if run == 1 else "again"
+                    print(f"{voice} rt60 {rt60} reply {run} ({label}): {done.reason}, {alone[-1]}", flush=True)
+                summary(f"{voice}, rt60 {rt60}, replies alone (10 s)", alone, ["cut_itself", "false_vad_starts", "erle_db"])
+                for below, when in ((5, "3 s in"), (10, "3 s in"), (5, "at the start")):
+                    users: list[dict[str, float]] = []
+                    for run in range(args.room_runs):
+                        user = espeak(PHRASES[run % len(PHRASES)], tmp, VOICES[run % len(VOICES)])
+                        quiet(client)
+                        mark = bay.mark()
+                        utt = client.speak(REPLY, max_audio_ms=8000)
+                        into = rng.uniform(2.5, 3.5) if when == "3 s in" else rng.uniform(0.1, 0.3)
+                        start = wait_recorded(bay, mark, int(into * RATE))
+                        rig.voice_frame = -1
+                        onset = rig.say(user, below, active_rms(bay.rec[start:bay.pos]))
+                        done = utt.wait()
+                        time.sleep(1.2)
+                        end = start + int(np.flatnonzero(bay.rec[start:bay.pos])[-1]) + 1
+                        silent = bay.frame_of(end - 1) + 1 + rig.latency
+                        users.append({"interrupted": float(done.reason == "interrupted"),
+                                      "onset_to_silence_ms": (silent - rig.voice_frame - onset) / RATE * 1000})
+                        print(f"{voice} rt60 {rt60} user -{below} dB {when} run {run}: {users[-1]}", flush=True)
+                        while rig.room.voice_pos < len(user):
+                            time.sleep(0.05)
+                    summary(f"{voice}, rt60 {rt60}, a user {below} dB below the echo, {when}", users,
+                            ["interrupted", "onset_to_silence_ms"])
+            if rig is not None:
+                rig.close()
+
+
+def wire(args, name: str, tmp: Path) -> None:
     from support.daemon import Daemon
-    from support.patchbay import Patchbay, Subscriber, espeak, quiet
-    from test_daemon_audio import PERIOD, RATE, TEXT, heard, reply_start
+    from support.patchbay import TEXT, Patchbay, Subscriber, espeak, heard, quiet, reply_start, wait_recorded
 
     from edged.client import Client
 
-    tmp = Path(tempfile.mkdtemp(prefix="edged-bench-"))
     events = f"ipc://{tmp / 'events.sock'}"
     daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\ninput_device = "system"\n')
     bay, sub = Patchbay(name), Subscriber(events)
@@ -59,24 +137,23 @@ def main() -> int:
         client = Client(daemon.endpoint)
         bay.patch(record=True, voice=True, loopback=True)
         rng = np.random.default_rng(0)
-        for run in range(args.runs):
+        for run in range(args.wire_runs):
             voice, phrase = VOICES[run % len(VOICES)], PHRASES[run % len(PHRASES)]
             speech = espeak(phrase, tmp, voice)
             quiet(client)  # the last run's user has stopped (else the reply is cut as soon as it is heard)
             sub.clear()
             mark = bay.mark()
             utt = client.speak(TEXT, stream=True, max_audio_ms=6000)
-            time.sleep(0.9)
+            wait_recorded(bay, mark, int(0.9 * RATE))
             before, status, after = bay.mark(), client.status(), bay.mark()
-            time.sleep(float(rng.uniform(0.1, 1.1)))
+            wait_recorded(bay, mark, int(rng.uniform(1.0, 2.0) * RATE))
             said_at = sub.of("mic")[-1]["first_sample"]
             bay.say(speech)
             done = utt.wait()
+            start = reply_start(bay.rec, mark)
+            n = heard(bay, start, utt.pcm)
             while bay.voice_pos < len(speech):  # the user finishes speaking before the next run
                 time.sleep(0.05)
-            time.sleep(0.6)
-            start = reply_start(bay.rec, mark)
-            n = heard(bay.rec, start, utt.pcm)
             replies = status["audio"]["output"]["replies"]
             cursor = replies[0]["played_ms"] * RATE // 1000 if replies else float("nan")
             mid = (before + after) / 2 - start - 2 * PERIOD  # recording position moved to the DAC
@@ -88,6 +165,7 @@ def main() -> int:
             row = {"reason_ok": float(done.reason == "interrupted"),
                    "onset_to_silence_ms": (start + n - onset) / RATE * 1000,
                    "decision_ms": (vad[0]["mic_sample"] - onset16) / 16 if vad else float("nan"),
+                   "behind_ms": vad[0]["behind_ms"] if vad else float("nan"),
                    "played_ms_error_samples": done.report["played_ms"] * RATE / 1000 - n,
                    "cursor_error_samples": cursor - mid}
             row["cut_ms"] = row["onset_to_silence_ms"] - row["decision_ms"]
@@ -99,13 +177,26 @@ def main() -> int:
         daemon.terminate()
         daemon.close()
         bay.close()
+    summary(f"wire (the daemon's output looped into its input), period {PERIOD} frames", rows,
+            ["onset_to_silence_ms", "decision_ms", "cut_ms", "behind_ms", "played_ms_error_samples",
+             "cursor_error_samples", "reason_ok"])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--room-runs", type=int, default=4)
+    p.add_argument("--wire-runs", type=int, default=8)
+    p.add_argument("--only", nargs="+", default=["room", "wire"], choices=["room", "wire"])
+    args = p.parse_args()
+    jackd = start_jack("edged-bench")
+    name = os.environ["JACK_DEFAULT_SERVER"]
+    try:
+        for mode in args.only:
+            tmp = Path(tempfile.mkdtemp(prefix=f"edged-bench-{mode}-"))
+            (rooms if mode == "room" else wire)(args, name, tmp)
+    finally:
         jackd.terminate()
         jackd.wait(10)
-    print(f"\n{len(rows)} runs, JACK dummy 24 kHz, period {PERIOD} frames ({PERIOD / RATE * 1000:.1f} ms)")
-    for key in ("onset_to_silence_ms", "decision_ms", "cut_ms", "played_ms_error_samples", "cursor_error_samples"):
-        values = [r[key] for r in rows if r[key] == r[key]]
-        print(f"  {key:26s} median {statistics.median(values):8.1f}  min {min(values):8.1f}  max {max(values):8.1f}")
-    print(f"  interrupted: {sum(r['reason_ok'] for r in rows):.0f}/{len(rows)}")
     return 0
 
 

@@ -99,7 +99,10 @@ def test_cancel_at_any_point_of_a_stream(start_daemon):
         before.cancel()
         assert before.wait().reason == "cancelled" and before.done.report["frames"] == 0
         waiting = client.speak("Hello there, ", more_text=True, play=False)
-        time.sleep(0.5)  # it speaks what it has, then waits for more
+        deadline = time.monotonic() + 30
+        while client.status()["cohort"]["waiting_for_text"] != [str(waiting.id)]:  # it speaks what it has, then waits
+            assert time.monotonic() < deadline, client.status()["cohort"]
+            time.sleep(0.02)
         waiting.cancel()
         done = waiting.wait()
         assert done.reason == "cancelled" and done.report["text_wait_frames"] > 0

@@ -20,12 +20,13 @@ from support.daemon import Daemon
 from edged.client import Client
 
 RATE = 24000
+TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."
 
 
 class Patchbay:
     """A JACK client: `rec` records (with each cycle's JACK frame time), `voice` plays a buffer."""
 
-    def __init__(self, server: str, seconds: float = 40.0) -> None:
+    def __init__(self, server: str, seconds: float = 300.0) -> None:
         import jack
 
         self.client = jack.Client("edged-patchbay", no_start_server=True, servername=server)
@@ -39,6 +40,9 @@ class Patchbay:
         """Recording index at which the voice's first sample went out."""
         self.xruns = 0
         """Audio-server xruns seen (a cycle that missed its deadline: the recording may shift)."""
+        self.cycle_frames = np.full(len(self.rec) // 64 + 1, -1, dtype=np.int64)
+        """JACK frame time of each cycle's first recorded sample, by cycle (see `frame_of`)."""
+        self.period = 0
         self.client.set_process_callback(self._process)
         self.client.set_xrun_callback(self._xrun)
         self.client.activate()
@@ -47,7 +51,9 @@ class Patchbay:
         self.xruns += 1
 
     def _process(self, frames: int) -> None:
+        self.period = frames
         if self.pos + frames <= len(self.rec):
+            self.cycle_frames[self.pos // frames] = self.client.last_frame_time
             self.rec[self.pos:self.pos + frames] = self.rec_port.get_array()
         out = self.voice_port.get_array()
         out[:] = 0.0
@@ -65,6 +71,10 @@ class Patchbay:
 
     def mark(self) -> int:
         return self.pos
+
+    def frame_of(self, index: int) -> int:
+        """The JACK frame time of rec[index] (cycles an xrun skipped are not in the recording)."""
+        return int(self.cycle_frames[index // self.period]) + index % self.period
 
     def daemon_ports(self) -> tuple[str, str]:
         outs = [p.name for p in self.client.get_ports("PortAudio", is_audio=True, is_output=True)]
@@ -127,6 +137,49 @@ class Subscriber:
         self.socket.close(linger=0)
 
 
+def first_sound(rec: np.ndarray, since: int, until: int) -> int | None:
+    nz = np.flatnonzero(rec[since:until])
+    return since + int(nz[0]) if len(nz) else None
+
+
+def reply_start(rec: np.ndarray, since: int) -> int:
+    start = first_sound(rec, since, len(rec))
+    assert start is not None, "the daemon's output was never recorded"
+    return start
+
+
+def wait_recorded(bay, since: int, samples: int, timeout: float = 10.0) -> int:
+    """Waits on the audio clock until `samples` of a reply started after `since` are recorded;
+    returns where it starts. The recording is written only behind `bay.pos`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pos = bay.pos
+        start = first_sound(bay.rec, since, pos)
+        if start is not None and pos - start >= samples:
+            return start
+        assert time.monotonic() < deadline, f"{samples} samples of the reply not recorded within {timeout} s"
+        time.sleep(0.005)
+
+
+def wait_pos(bay, index: int, timeout: float = 10.0) -> None:
+    """Waits on the audio clock until the recording holds rec[:index]."""
+    deadline = time.monotonic() + timeout
+    while bay.pos < index:
+        assert time.monotonic() < deadline, f"recording at {bay.pos}, not at {index} within {timeout} s"
+        time.sleep(0.005)
+
+
+def heard(bay, start: int, pcm: np.ndarray) -> int:
+    """Samples of `pcm` recorded from `start` on, bit-exactly, followed only by silence: a second of
+    it past where `pcm` would end, waited for on the audio clock (never unrecorded zeros)."""
+    wait_pos(bay, start + len(pcm) + RATE)
+    rec = bay.rec
+    seg = rec[start:start + len(pcm)]
+    n = len(seg) if np.array_equal(seg, pcm[:len(seg)]) else int(np.flatnonzero(seg != pcm[:len(seg)])[0])
+    assert not np.any(rec[start + n:start + len(pcm) + RATE]), "sound after the reply's recorded prefix"
+    return n
+
+
 def quiet(client) -> None:
     """Waits until the listener hears no speech (a last take's, test's or run's user has stopped)."""
     deadline = time.monotonic() + 5
@@ -148,14 +201,14 @@ def espeak(text: str, tmp, voice: str = "en-us") -> np.ndarray:
 
 
 @contextmanager
-def audio_rig(server: str, tmp: Path, config: str) -> Iterator[tuple]:
+def audio_rig(server: str, tmp: Path, config: str, voice: Path | None = None) -> Iterator[tuple]:
     """(daemon, patchbay, event subscriber, client, espeak speech) for one daemon on JACK server
     `server`, its devices the server's "system" ports (a sound card of the test machine is never
-    used) and its events on their own ipc socket; `config` adds to that. Everything is closed after,
-    and the daemon must exit 0."""
+    used) and its events on their own ipc socket; `config` adds to that, `voice` is the daemon's
+    speech stand-in (support/voiced.py). Everything is closed after, and the daemon must exit 0."""
     events = f"ipc://{tmp / 'events.sock'}"
     daemon = Daemon(tmp, config=f'[events]\nlisten = "{events}"\n[audio]\ndevice = "system"\n'
-                                f'input_device = "system"\n{config}')
+                                f'input_device = "system"\n{config}', voice=voice)
     bay = Patchbay(server)
     sub = Subscriber(events)
     client = Client(daemon.endpoint)

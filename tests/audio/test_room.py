@@ -1,0 +1,182 @@
+"""The real daemon in a room: its speaker output goes through a simulated room into its own
+microphone (tests/support/room_rig.py: the microphone 6.7 cm from the loudspeaker, so the echo is
+louder than any user; image-source reverberation; a mildly clipping loudspeaker; microphone noise;
+the device's DAC and ADC latency as PortAudio reports them), on JACK's dummy backend.
+
+The daemon's voice is either the built-in model's babble (which no VAD takes for speech) or, through
+support/voiced.py, espeak-ng speech standing in for the PCM at the speaker's input: with speech as its
+voice, a daemon that hears itself cuts itself off. Everything after the speaker's write is the
+daemon's own. What is shown, each on the audio clock (JACK frame times):
+
+1. replies of 10 s in rooms of 0.5 and 0.25 s reverberation end on their own, with zero VAD starts:
+   the first reply after boot, the first after someone moved, the first in another room;
+2. a user 5 and 10 dB below the echo, speaking 3 s into a reply, silences it at the loudspeaker
+   within SILENT_WITHIN_MS of the user's onset at the microphone (speech and babble as the voice);
+3. after a barge-in, the next reply ends on its own, and in its first 200 ms the microphone's
+   residual is at least NEXT_REPLY_ERLE_DB below the echo.
+
+A measurement that failed after an audio-server xrun or a speaker underrun is taken again
+(`support.takes.Takes`); a failure without one fails the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import numpy as np
+import pytest
+from support.patchbay import audio_rig, espeak, quiet, wait_recorded
+from support.room import Room, active_rms
+from support.room_rig import RoomRig
+from support.takes import Takes, settle
+
+if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
+    pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
+pytest.importorskip("pyroomacoustics")
+
+RATE = 24000
+SILENT_WITHIN_MS = 500
+"""The user's onset at the microphone -> the reply's last sample out of the loudspeaker (the README's bound)."""
+NEXT_REPLY_ERLE_DB = 20.0
+"""The echo of a reply after a barge-in, at its start, against the residual the VAD hears."""
+TEXT = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
+VOICE = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
+         "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
+         "returns, and the weekend looks warm and dry.")
+USER = "Wait, stop, I have a question about Thursday."
+
+
+class Setup:
+    def __init__(self, daemon, bay, sub, client, rig: RoomRig, voice: str, user: np.ndarray) -> None:
+        self.daemon, self.bay, self.sub, self.client, self.rig = daemon, bay, sub, client, rig
+        self.voice, self.user = voice, user
+
+    def takes(self) -> Takes:
+        """Taken again after an audio-server xrun; the speaker must not underrun without one."""
+        return Takes(lambda: self.bay.xruns, lambda: self.client.status()["audio"]["output"]["underruns"])
+
+
+@pytest.fixture(scope="module", params=["speech", "babble"])
+def room(request, jack_server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"room-{request.param}")
+    voice = None
+    if request.param == "speech":
+        speech = espeak(VOICE, tmp)
+        voice = tmp / "voice.npy"
+        np.save(voice, (speech / active_rms(speech) * 10 ** (-24 / 20)).astype(np.float32))  # -24 dBFS active level
+    with audio_rig(jack_server.name, tmp, "lost_after_ms = 5000\n", voice=voice) as (daemon, bay, sub, client, _):
+        audio = client.status()["audio"]
+        latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
+        rig = RoomRig(jack_server.name, Room(0.5, seed=1), latency=latency)
+        bay.patch(record=True)
+        rig.connect(*bay.daemon_ports())
+        setup = Setup(daemon, bay, sub, client, rig, request.param, espeak(USER, tmp, "en-us+f2"))
+        settle(lambda: bay.xruns)
+        yield setup
+        rig.close()
+
+
+def starts(sub) -> list[dict]:
+    return [e for e in sub.of("vad") if e["state"] == "start"]
+
+
+def test_replies_are_never_cut_by_their_own_echo(room):
+    """1. The first reply after boot: the canceller has heard nothing of this room. 2. The first
+    after someone moved (a path change between replies). 3. The first in another room."""
+    if room.voice != "speech":
+        pytest.skip("babble never sounds like speech to the VAD: only speech can cut itself off")
+    client, sub = room.client, room.sub
+    for step in ("boot", "moved", "another room"):
+        if step == "moved":
+            room.rig.move()
+        elif step == "another room":
+            room.rig.enter(Room(0.25, seed=2))
+        for take in room.takes():
+            with take:
+                sub.clear()
+                done = client.speak(TEXT, max_audio_ms=10000).wait()
+                assert done.reason == "length", (step, done.report)
+                assert done.report["played_ms"] == done.report["audio_ms"] >= 9900, (step, done.report)
+                assert starts(sub) == [], (step, starts(sub))  # no false VAD start on the daemon's own voice
+    status = client.status()["audio"]["input"]
+    assert status["barge_ins"] == 0 and status["echo_erle_db"] > 30, status
+
+
+def vad_line(sub) -> list[tuple]:
+    """The VAD's decisions, short: (state, mic_sample, near_end, behind_ms)."""
+    return [(e["state"], e["mic_sample"], e["near_end"], e["behind_ms"]) for e in sub.of("vad")]
+
+
+def barge_in(room, below_db: float, session: str):
+    """A reply, and the user speaking `below_db` under its echo once 3 s of it have played; returns
+    (the reply's done, its start in the recording, the user's onset at the microphone as a JACK frame,
+    the last mic event published before the user spoke)."""
+    bay, client, rig = room.bay, room.client, room.rig
+    quiet(client)
+    room.sub.clear()
+    mark = bay.mark()
+    utt = client.speak(TEXT, max_audio_ms=8000, session=session)
+    start = wait_recorded(bay, mark, 3 * RATE)
+    echo_rms = active_rms(bay.rec[start:start + 3 * RATE])  # the daemon's output: the echo path has unit energy
+    said_at = room.sub.of("mic")[-1]
+    onset = rig.say(room.user, below_db, echo_rms)
+    done = utt.wait()
+    while rig.voice_frame < 0:
+        time.sleep(0.01)
+    return done, start, rig.voice_frame + onset, said_at
+
+
+def last_sound(bay, start: int) -> int:
+    """The recording index after the reply's last sample, once a second of silence follows it."""
+    deadline = time.monotonic() + 10
+    while True:
+        pos = bay.pos
+        sound = np.flatnonzero(bay.rec[start:pos])
+        end = start + int(sound[-1]) + 1
+        if pos - end >= RATE:
+            return end
+        assert time.monotonic() < deadline, "the reply's output never went silent"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("below_db", [5, 10])
+def test_user_below_the_echo_silences_the_reply(room, below_db):
+    bay, rig = room.bay, room.rig
+    for take in room.takes():
+        with take:
+            done, start, onset, _ = barge_in(room, below_db, f"room-{room.voice}-{below_db}-{take.attempt}")
+            assert done.reason == "interrupted", done.report
+            end = last_sound(bay, start)
+            silent = bay.frame_of(end - 1) + 1 + rig.latency  # the loudspeaker's last sample: out of the DAC
+            assert 0 < silent - onset <= SILENT_WITHIN_MS * RATE / 1000, ((silent - onset) / RATE * 1000, vad_line(room.sub))
+
+
+def test_the_reply_after_a_barge_in_is_not_cut_by_its_echo(room):
+    if room.voice != "speech":
+        pytest.skip("babble never sounds like speech to the VAD: only speech can cut itself off")
+    bay, sub, client, rig = room.bay, room.sub, room.client, room.rig
+    for take in room.takes():
+        with take:
+            done, start, onset, said_at = barge_in(room, 5, f"room-next-{take.attempt}")
+            assert done.reason == "interrupted", done.report
+            # the user's onset in the published mic audio (16 kHz), against its JACK frame
+            mic = sub.mic_audio()
+            first = sub.of("mic")[0]["first_sample"]
+            after = said_at["first_sample"] - first
+            onset16 = after + int(np.flatnonzero(np.abs(mic[after:]) > 0.02)[0])
+            rig.wait_said()  # the user has finished speaking, on the audio clock
+            quiet(client)
+            mark = bay.mark()
+            nxt = client.speak(TEXT, max_audio_ms=3000).wait()
+            assert nxt.reason == "length", nxt.report
+            begin = bay.frame_of(wait_recorded(bay, mark, 1)) + rig.latency  # its first sample out of the DAC
+            at = rig.index_of(begin)
+            window = slice(at, at + RATE // 5)
+            at16 = onset16 + (begin - onset) * 16000 // RATE
+            mic = sub.mic_audio()
+            residual = mic[at16:at16 + 3200].astype(np.float64)
+            echo = rig.rec[window].astype(np.float64)
+            assert len(residual) == 3200
+            erle = 10 * np.log10(np.mean(echo ** 2) / max(np.mean(residual ** 2), 1e-20))
+            assert erle >= NEXT_REPLY_ERLE_DB, erle

@@ -26,7 +26,8 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
 - **The suppressor** (a residual echo suppressor, per bin, on a sqrt-Hann WOLA of the residual):
   the residual echo expected from the filter's uncertainty (sum of P |X|^2), from what the linear
   filter cannot model (a leakage factor times the echo estimate's power: the loudspeaker's
-  distortion, estimated by regression as speexdsp does) and the part of the residual coherent with
+  distortion, estimated by regression as speexdsp does, and learned only on blocks the gate took for
+  echo: a user's voice follows the echo's spectrum too) and the part of the residual coherent with
   the echo estimate (a path change) is subtracted by a spectral gain (over-subtraction OVER, floor
   FLOOR_DB). The user's speech passes where it stands above the expected residual.
 - **What the gate reads.** Per block: the output's energy and the residual echo expected in it
@@ -223,7 +224,8 @@ class EchoCanceller:
 
         if sound:  # silence teaches nothing, and the path is no less known after it
             self._adapt(x, x2, err, expected, coherent, est2, res2)
-            self._leakage(res2, est2)
+            if not self.near_end():  # the last block was echo: a user's voice must not pass for leakage
+                self._leakage(res2, est2)
 
         # the suppressor
         echo = expected + self.leak * est2 + coherent

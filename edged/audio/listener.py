@@ -279,7 +279,7 @@ class Listener:
                                         "behind_ms": round(behind_ms, 1), "while_playing": heard,
                                         "near_end": near_end})
         if heard and self.gate.speaking and near_end and self.cfg.barge_in and speaker is not None:
-            cut = speaker.interrupt()
+            cut = speaker.interrupt(self.mic_samples + self.vad.frame)
             if cut:
                 self.barge_ins += 1
                 log.info("barge-in: user speech while playing; %d repl%s cut", len(cut), "y" if len(cut) == 1 else "ies")

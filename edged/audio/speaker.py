@@ -60,6 +60,8 @@ class Reply:
     """loop or barge-in: cut; the rest is dropped."""
     interrupted: bool = False
     """barge-in: cut because the user spoke."""
+    cut_at_mic: int | None = None
+    """barge-in: the microphone stream's position (VAD-rate samples) at which the listener decided."""
     error: str | None = None
     """feeder: why the speaker could not play it (device lost)."""
     end_sent: bool = False
@@ -193,12 +195,13 @@ class Speaker:
             playback.stop_now(reply.key)
         self._wake.set()
 
-    def interrupt(self) -> list[Reply]:
-        """Barge-in: cut every reply on the speaker; returns them (their `ended` calls follow)."""
+    def interrupt(self, mic_sample: int | None = None) -> list[Reply]:
+        """Barge-in: cut every reply on the speaker; returns them (their `ended` calls follow).
+        `mic_sample`: where in the microphone's stream the listener decided (for the event)."""
         with self._lock:
             cut = [r for _, r in self._replies if not r.stopped and not r.finished]
         for reply in cut:
-            reply.interrupted = True
+            reply.interrupted, reply.cut_at_mic = True, mic_sample
             self.stop(reply)
         return cut
 
@@ -263,7 +266,7 @@ class Speaker:
             self._free.append(index)
         self.events.publish("playback", {"id": reply.id, "played_ms": self._ms(played), "final": True})
         if reply.interrupted:
-            self.events.publish("barge_in", {"id": reply.id, "played_ms": self._ms(played)})
+            self.events.publish("barge_in", {"id": reply.id, "played_ms": self._ms(played), "mic_sample": reply.cut_at_mic})
         self.ended(reply)
 
     def _ms(self, samples: int) -> int:

@@ -180,6 +180,20 @@ def heard(bay, start: int, pcm: np.ndarray) -> int:
     return n
 
 
+def onset_in_mic(mic: np.ndarray, since: int, speech: np.ndarray, level: float = 0.02) -> int:
+    """The index in `mic` (the daemon's published 16 kHz microphone audio) where `speech` (at RATE)
+    begins, found at or after `since`: where the speech best lines up (cross-correlation), plus its
+    own onset (the first sample above `level`). A residual click before the user cannot pass for the
+    onset, as a threshold on the microphone alone would let it."""
+    import soxr
+    from scipy.signal import correlate
+
+    speech16 = soxr.resample(speech, RATE, 16000).astype(np.float32)
+    tail = mic[since:]
+    lag = int(np.argmax(correlate(tail, speech16, mode="valid", method="fft")))
+    return since + lag + int(np.flatnonzero(np.abs(speech16) > level)[0])
+
+
 def quiet(client) -> None:
     """Waits until the listener hears no speech (a last take's, test's or run's user has stopped)."""
     deadline = time.monotonic() + 5

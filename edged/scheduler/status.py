@@ -43,7 +43,9 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "model": {"type": a.model_type, "sample_rate": a.sample_rate, "speakers": sorted(a.speakers),
                   "languages": sorted(a.languages), "instruct": a.supports_instruct},
         "cohort": {"running": len(running), "max_batch": a.max_batch,
-                   "members": [str(e.payload.id) for e in running]},
+                   "members": [str(e.payload.id) for e in running],
+                   "waiting_for_text": [str(e.payload.id) for e in running
+                                        if e.payload.text is not None and e.payload.text.waiting_since is not None]},
         "queue": {"waiting": len(s.waiting), "limit": s.queue_limit},
         "counters": {"accepted": c.accepted, "rejected": c.rejected, "done": dict(c.done), "frames": c.frames,
                      "steps": c.steps},

@@ -73,6 +73,18 @@ INCLUSIVE_UPPER = torch.from_numpy(np.triu(np.ones((MAX_WINDOW, MAX_WINDOW), dty
 """[W, W], 1 on and above the diagonal: rejected @ it counts the rejections up to each row."""
 
 
+def accepts(p_draft, q_draft, accept_noise):
+    """The speculative rule's test: a draft d drawn from q is kept with probability min(1, p(d) / q(d)),
+    i.e. when uniform noise * q(d) < p(d) (a column without a draft has q = 0 and keeps nothing)."""
+    return (accept_noise * q_draft < p_draft) & (q_draft > 0)
+
+
+def residual_of(p, q):
+    """What a rejected row draws from: max(p - q, 0), unnormalized (Gumbel-max needs no normalizing).
+    With the test above, a row's code then has exactly the distribution p."""
+    return torch.clamp(p - q, min=0.0)
+
+
 class CodePredictorPass(nn.Module):
     """One pass of the code predictor: T new rows (talker width, projected in the graph) over the
     predictor's KV cache; the last V rows are verified, row T-V+i with head i of `heads` (the
@@ -100,8 +112,8 @@ class CodePredictorPass(nn.Module):
         p = probabilities(logits, *settings)
         p_draft = torch.gather(p, -1, drafts.unsqueeze(-1)).squeeze(-1)
         q_draft = torch.gather(draft_probs, -1, drafts.unsqueeze(-1)).squeeze(-1)
-        accept = (accept_noise * q_draft < p_draft) & (q_draft > 0)
-        residual = torch.clamp(p - draft_probs, min=0.0)
+        accept = accepts(p_draft, q_draft, accept_noise)
+        residual = residual_of(p, draft_probs)
         gumbel = -torch.log(-torch.log(noise))
         greedy = (temperature <= 0).view(-1, 1, 1)
         drawn = torch.argmax(torch.where(greedy, residual, torch.log(residual) + gumbel), dim=-1)

@@ -12,7 +12,8 @@ descriptors and threads, then runs the requests from `--clients` threads in a se
 - cancelled: a long speak cancelled after its first audio;
 - vanishing: a raw socket sends a streamed speak, reads one reply and closes (the client is gone);
 - history: a user turn and a history query.
-When every request is over and the daemon is idle it measures again and prints both, the growth,
+Halfway, once the daemon is idle, it measures again, and again at the end: it prints the three, the
+growth, the second half's growth per request (levelling off: small, and not growing with the run),
 and each kind's count and `done` reasons. `soak()` is what tests/daemon/test_soak.py runs, shorter.
 """
 
@@ -119,17 +120,22 @@ def idle(endpoint: str, timeout: float = 60) -> None:
 
 
 def soak(endpoint: str, pid: int, requests: int, clients: int, seed: int) -> dict:
-    """Warm up, measure, run `requests` mixed requests, wait until idle, measure."""
+    """Warm up, measure, run the first half of `requests` mixed requests, wait until idle, measure,
+    the second half, wait until idle, measure: the second half's growth is what levelling off means."""
     rng = random.Random(seed)
     run_all(endpoint, [(kind, i) for i, kind in enumerate(KINDS * 2)], clients, seed)  # warm-up: every kind
     idle(endpoint)
     start = measure(pid)
     jobs = [(rng.choice(KINDS), i) for i in range(requests)]
     t0 = time.monotonic()
-    outcomes = run_all(endpoint, jobs, clients, seed)
+    outcomes = run_all(endpoint, jobs[:requests // 2], clients, seed)
+    idle(endpoint)
+    half = measure(pid)
+    outcomes += run_all(endpoint, jobs[requests // 2:], clients, seed + 1)
     idle(endpoint)
     time.sleep(0.5)
-    return {"start": start, "end": measure(pid), "outcomes": outcomes, "seconds": time.monotonic() - t0}
+    return {"start": start, "half": half, "end": measure(pid), "outcomes": outcomes,
+            "seconds": time.monotonic() - t0}
 
 
 def start_daemon(tmp: Path, artifact: str | None) -> tuple[subprocess.Popen, str]:
@@ -165,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     start, end = result["start"], result["end"]
     print(f"command: python {' '.join(sys.argv)}")
     print(f"{args.requests} requests from {args.clients} clients in {result['seconds']:.1f} s; daemon exit {code}\n")
-    print("| | start | end | growth |\n|---|---|---|---|")
-    mib = [start["rss"] / 2**20, end["rss"] / 2**20]
-    print(f"| resident MiB | {mib[0]:.1f} | {mib[1]:.1f} | {mib[1] - mib[0]:+.1f} |")
+    half, second = result["half"], args.requests - args.requests // 2
+    print("| | start | after half | end | growth | second half, per request |\n|---|---|---|---|---|---|")
+    mib = [m["rss"] / 2**20 for m in (start, half, end)]
+    kib = (end["rss"] - half["rss"]) / 1024 / second
+    print(f"| resident MiB | {mib[0]:.1f} | {mib[1]:.1f} | {mib[2]:.1f} | {mib[2] - mib[0]:+.1f} | {kib:+.2f} KiB |")
     for key in ("fds", "threads"):
-        print(f"| {key} | {start[key]} | {end[key]} | {end[key] - start[key]:+d} |")
+        print(f"| {key} | {start[key]} | {half[key]} | {end[key]} | {end[key] - start[key]:+d} | |")
     print("\n| kind | outcome | count |\n|---|---|---|")
     for (kind, outcome), count in sorted(result["outcomes"].items()):
         print(f"| {kind} | {outcome} | {count} |")

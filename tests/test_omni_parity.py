@@ -98,7 +98,7 @@ def _tokenizer(tmp_path_factory):
 
 
 def test_segments_requests_are_checked(tmp_path_factory, backend):
-    _, artifact = make(tmp_path_factory, 2, seed=40)
+    model, artifact = make(tmp_path_factory, 2, seed=40)
     synth = Synthesizer(artifact, backend)
     for request, message in (
             (SpeechRequest("a", "hi", voice="nobody"), r"unknown voice 'nobody' \(known: aiden, chelsie, ethan\)"),
@@ -108,11 +108,13 @@ def test_segments_requests_are_checked(tmp_path_factory, backend):
         with pytest.raises(RequestError, match=message):
             synth.synthesize([request])
     system_and_history = (("system", "Be brief."), ("user", "Hi!"), ("assistant", "Hello."), ("user", "And now?"))
-    plain = SpeechRequest("e", "Fine.", sampling=Sampling.greedy(), max_frames=8, context=(("user", "Hi!"),
-                                                                                             ("user", "And now?")))
-    dropped = SpeechRequest("f", "Fine.", sampling=Sampling.greedy(), max_frames=8, context=system_and_history)
+    plain = SpeechRequest("e", "Fine.", voice="ethan", sampling=Sampling.greedy(), max_frames=8,
+                          context=(("user", "Hi!"), ("user", "And now?")))
+    dropped = replace(plain, id="f", context=system_and_history)
     a, b = synth.synthesize([plain, dropped])
-    assert np.array_equal(a.frames, b.frames)  # system and earlier assistant turns are dropped, as the reference does
+    codes, _ = reference.generate(model, artifact.file("tokenizer"), "Fine.", system_and_history, "ethan", 9)
+    assert np.array_equal(b.frames, codes)  # the library's loop skips the system and the earlier assistant turn
+    assert np.array_equal(a.frames, b.frames)  # and edged drops them: the user turns alone give the same frames
 
 
 MEDIA_TURNS = ("<|audio_start|>" + "<|audio_pad|>" * 3 + "<|audio_end|>What did I just say?",

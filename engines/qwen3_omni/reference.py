@@ -6,7 +6,9 @@ generate` does after its thinker has run): the thinker's sequence is the tokeniz
 input embeddings are `embed_tokens` of that sequence without its last token (exactly what the thinker
 reports for text), and no thinker forward is needed. Media placeholders in user turns take the given
 thinker hidden states (one row per placeholder, in order), as the thinker's `hidden_states` at
-`accept_hidden_layer` would hold them. Then `talker.generate` runs greedily (the code
+`accept_hidden_layer` would hold them. The chat turns are walked by the library's loop, copied
+branch for branch (it sits inside `generate`, after the thinker, so it cannot be called alone): system
+turns and earlier assistant turns are skipped. Then `talker.generate` runs greedily (the code
 predictor's hard-coded sampling switched off) and `code2wav` decodes its codes.
 """
 
@@ -18,16 +20,18 @@ import numpy as np
 import torch
 
 
-def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = (), speaker: str = "ethan",
-             max_new_tokens: int = 64, repetition_penalty: float = 1.0,
+def generate(model, tokenizer: Path, text: str, turns: tuple[str | tuple[str, str], ...] = (),
+             speaker: str = "ethan", max_new_tokens: int = 64, repetition_penalty: float = 1.0,
              media: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Greedy codes [N, G] (N frames: the token that ends generation gets no residuals) and the
-    library's PCM for them (1920 x N - 555 samples)."""
+    library's PCM for them (1920 x N - 555 samples). `turns` is the conversation before the reply: a
+    string is a user turn, a pair is (role, content) with role system, user or assistant."""
     from tokenizers import Tokenizer
 
     cfg = model.config
     tc = cfg.talker_config
-    conversation = "".join(f"<|im_start|>user\n{u}<|im_end|>\n" for u in user_turns)
+    pairs = [("user", t) if isinstance(t, str) else t for t in turns]
+    conversation = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in pairs)
     prompt = Tokenizer.from_file(str(tokenizer)).encode(conversation + "<|im_start|>assistant\n").ids
     sequence = Tokenizer.from_file(str(tokenizer)).encode(f"{conversation}<|im_start|>assistant\n{text}<|im_end|>").ids
     input_ids, sequences = torch.tensor([prompt]), torch.tensor([sequence])
@@ -39,10 +43,12 @@ def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = ()
         media_mask, thinker_hidden = placeholders(model, sequences, media)
         starts = [*torch.nonzero(input_ids[0] == cfg.im_start_token_id).squeeze(-1).tolist(), sequences.shape[-1]]
         rows, ids, trailing = [], [], None
-        for i in range(len(starts) - 1):
+        for i in range(len(starts) - 1):  # the library's loop over chat turns, branch for branch
             s, e = starts[i], starts[i + 1]
             role = int(input_ids[0, s + 1])
-            if role == cfg.user_token_id:
+            if role == cfg.system_token_id:
+                continue
+            elif role == cfg.user_token_id:
                 rows.append(model._get_talker_user_parts(s, e, media_mask, thinker_hidden, thinker_embed))
                 ids.append(sequences[:, s:e])
             elif role == cfg.assistant_token_id and i == len(starts) - 2:
@@ -50,6 +56,10 @@ def generate(model, tokenizer: Path, text: str, user_turns: tuple[str, ...] = ()
                     s, e, tc.speaker_id[speaker], thinker_embed, tts_pad, tts_bos, tts_eos)
                 rows.append(part)
                 ids.append(part_ids)
+            elif role == cfg.assistant_token_id:
+                continue  # an earlier assistant turn
+            else:
+                raise AssertionError(f"role token {role} after <|im_start|>")
         predictor = model.talker.code_predictor
         sampled = predictor.generate
         predictor.generate = lambda *a, **k: sampled(*a, **{**k, "do_sample": False, "top_k": None, "top_p": None})

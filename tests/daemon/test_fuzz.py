@@ -1,6 +1,8 @@
 """Hostile messages through the real daemon: a seeded mutator over valid messages, several clients at
-once, interleaved with valid speaks. Every speak the daemon accepts gets exactly one `done`, nothing
-is answered that was not asked, and the daemon is still serving at the end."""
+once, interleaved with valid speaks (4000 messages, about 15 % of them valid speaks). Every id the
+daemon accepts is accepted once and gets exactly one `done` (and no id gets a `done` it was not
+accepted for), every valid speak is answered once, nothing is answered that was not asked, and the
+daemon is still serving at the end."""
 
 from __future__ import annotations
 
@@ -129,8 +131,8 @@ def test_thousands_of_hostile_messages_from_several_clients(start_daemon):
         t.join(timeout=600)
     assert sorted(out) == list(range(CLIENTS))
     for seed, (accepted, done, rejected, unexpected, sent_valid) in out.items():
-        differ = {id: (accepted[id], done[id]) for id in accepted | done if accepted[id] != done[id]}
-        assert not differ, f"client {seed}: accepted and done differ: {differ}"  # exactly one done per accepted speak
+        wrong = {id: (accepted[id], done[id]) for id in accepted | done if (accepted[id], done[id]) != (1, 1)}
+        assert not wrong, f"client {seed}: ids not accepted once and done once: {wrong}"
         assert not unexpected, unexpected
         mine = [id for id in accepted | rejected if isinstance(id, str) and id.startswith(f"v{seed}-")]
         served = sum(accepted[id] for id in mine)

@@ -1,6 +1,7 @@
 """The soak (scripts/soak.py), shorter: 150 mixed requests (whole, streamed text, cancelled, clients
 vanishing mid-stream, history) through the real daemon; after warm-up its file descriptors and
-threads do not grow at all and its resident memory by at most the bound docs/performance.md states."""
+threads do not grow at all, and its resident memory levels off: over the second half of the requests
+it grows by at most the KiB per request docs/performance.md states."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import soak
 
-RSS_GROWTH_BOUND = 16 << 20
+KIB_PER_REQUEST = 8
+"""Growth of the second half, per request: 1.6-2.8 KiB here (the history's in-memory records, up to
+4096 replies, still filling); a reply's kept report or audio would be tens of KiB."""
 
 
 def test_a_short_soak_holds_memory_fds_and_threads(tmp_path):
@@ -22,9 +25,9 @@ def test_a_short_soak_holds_memory_fds_and_threads(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=60) == 0
-    start, end, outcomes = result["start"], result["end"], result["outcomes"]
+    start, half, end, outcomes = result["start"], result["half"], result["end"], result["outcomes"]
     assert end["fds"] <= start["fds"] and end["threads"] <= start["threads"], (start, end)
-    assert end["rss"] - start["rss"] <= RSS_GROWTH_BOUND, (start, end)
+    assert (end["rss"] - half["rss"]) / 75 <= KIB_PER_REQUEST << 10, (start, half, end)
     kinds = {kind for kind, _ in outcomes}
     assert kinds == set(soak.KINDS), outcomes
     assert {o for (k, o) in outcomes if k == "cancelled"} == {"cancelled"}

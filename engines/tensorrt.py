@@ -24,6 +24,7 @@ from pathlib import Path
 
 from edged.backends.plan_file import write_plan
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
+from engines.weight_form import FormError, form
 
 ANY = "*"
 Profile = dict[str, dict[int, str]]
@@ -126,6 +127,22 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
     return bytes(plan)
 
 
+def weights_refusal(model: dict) -> str | None:
+    """Why TensorRT 10.3 cannot build an artifact's quantized weights (engines/weight_form.py), or None."""
+    weights, target = model.get("weights", "fp32"), model.get("weight_target")
+    if weights == "fp32":
+        return None
+    try:
+        form(weights, "jetson", model.get("weight_block") if target == "jetson" else None)
+    except FormError as exc:
+        return str(exc)
+    if target != "jetson":
+        return (f"its {weights} weights are in the {target} form ({model.get('weight_block')}-row blocks, fp32 "
+                f"scales), and TensorRT 10.3 takes INT4 blocks of 64 or 128 rows with fp16 scales (fp32 scales make "
+                f"every product an fp32 GEMM): quantize the fp32 artifact with --target jetson")
+    return None
+
+
 def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
                 workspace: int = WORKSPACE) -> list[Path]:
     """Build a stamped plan for every graph of the artifact; returns their paths. An fp16 artifact
@@ -135,6 +152,9 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
     import tensorrt as trt
 
     manifest = json.loads((artifact / "artifact.json").read_text())
+    refused = weights_refusal(manifest["model"])
+    if refused:
+        raise SystemExit(f"{artifact}: TensorRT 10.3 cannot build this artifact: {refused}")
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
     by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames,

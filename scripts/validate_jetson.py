@@ -14,9 +14,10 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
    cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
-   frames agreement and PCM SNR; `--weights int8 int4`: the artifact's quantized twins
-   (`edged-engines quantize`), built strongly typed (TensorRT's weight-only INT4 kernels), against
-   the same twin on ONNX Runtime: frames agreement and PCM SNR;
+   frames agreement and PCM SNR; `--weights int4`: the artifact's int4 twin in the Jetson form
+   (`edged-engines quantize --target jetson`: 128-row blocks, fp16 scales), built strongly typed
+   (TensorRT's INT4-weight fp16 GEMMs), against the same twin on ONNX Runtime: frames agreement and
+   PCM SNR (int8 has no form TensorRT 10.3 builds: engines/weight_form.py);
 6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
    audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
 7. SIGTERM: the daemon drains, closes the backend (the CUDA context is popped) and exits 0.
@@ -289,9 +290,9 @@ def main() -> int:
     p.add_argument("--artifact", type=Path, default=BUILTIN)
     p.add_argument("--soak-requests", type=int, default=25, help="requests per client (4 clients)")
     p.add_argument("--fp16", action="store_true", help="also the artifact's fp16 twin, built strongly typed, and its quality")
-    p.add_argument("--weights", nargs="*", choices=["int8", "int4"], default=[],
-                   help="also the artifact's int8 / int4 twins (engines/quantize.py), built strongly typed: plans, "
-                        "and frames against the same twin on ONNX Runtime")
+    p.add_argument("--weights", nargs="*", choices=["int4"], default=[],
+                   help="also the artifact's int4 twin in the Jetson form (engines/weight_form.py), built strongly "
+                        "typed: plans, and frames against the same twin on ONNX Runtime")
     p.add_argument("--clocks", action="store_true", help="run `sudo jetson_clocks` first (the timings assume it)")
     args = p.parse_args()
     summary = Summary()
@@ -315,7 +316,8 @@ def main() -> int:
         for weights in args.weights:
             twin = work / weights
             made = subprocess.run([sys.executable, "-m", "engines.cli", "quantize", "--artifact", str(args.artifact),
-                                   "--out", str(twin), "--weights", weights], capture_output=True, text=True)
+                                   "--out", str(twin), "--weights", weights, "--target", "jetson"],
+                                  capture_output=True, text=True)
             if made.returncode:
                 summary.add(f"{weights} artifact", False, made.stderr.strip()[-300:])
             elif plans(twin, args.backend, summary, f"plans ({weights}, strongly typed)"):

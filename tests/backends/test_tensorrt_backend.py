@@ -284,19 +284,25 @@ def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact
 
 
 def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path):
-    """An int4 twin's plans are built as strongly typed networks (TensorRT's explicit quantization:
-    its DequantizeLinear weights become weight-only kernels) and serve a synthesis; fp32 is not."""
+    """An int4 twin in the Jetson form is built as strongly typed networks (TensorRT's explicit
+    quantization: INT4-weight fp16 GEMMs) and serves a synthesis; fp32 is not strongly typed; a cpu-form
+    twin is refused before anything is built, saying why."""
     from engines.quantize import quantize_artifact
     from engines.tensorrt import build_plans
 
     int4 = tmp_path / "int4"
-    quantize_artifact(builtin_artifact, int4, "int4")
+    quantize_artifact(builtin_artifact, int4, "int4", "jetson", block=64)
     typed = {p.stem: json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(int4)}
     assert typed == {"talker": True, "code_predictor": True, "code_predictor_draft": True, "vocoder": True,
                      "speaker_encoder": True, "codec_encoder": True}
     fp32 = tmp_path / "fp32"
     shutil.copytree(builtin_artifact, fp32)
     assert not any(json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(fp32))
+    cpu = tmp_path / "cpu"
+    quantize_artifact(builtin_artifact, cpu, "int4")
+    with pytest.raises(SystemExit, match="TensorRT 10.3 cannot build this artifact: its int4 weights are in the cpu form"):
+        build_plans(cpu)
+    assert not list(cpu.glob("*.plan"))
     backend = trt.TrtBackend()
     try:
         got = Synthesizer(load_artifact(int4), backend).synthesize(

@@ -93,8 +93,7 @@ class Append:
                 continue
             slot, position = m if self.slots is None else int(self.slots[m]), int(self.positions[m])
             for r in self.rows:
-                t = r.rows.shape[r.axis]
-                r.cache[(slot,) + (slice(None),) * (r.axis - 1) + (slice(position, position + t),)] = r.rows[m]
+                block(r.cache[slot], r.axis - 1, r.rows.shape[r.axis], position)[...] = r.rows[m]
 
 
 class Plan(ABC):
@@ -248,9 +247,9 @@ def copy_rows(dst: np.ndarray, src: np.ndarray) -> tuple[int, int, int, int]:
     return width, height, dst_pitch, src_pitch
 
 
-def block(member: np.ndarray, axis: int, t: int) -> np.ndarray:
-    """member[..., 0:t (along axis), ...]."""
-    return member[(slice(None),) * axis + (slice(0, t),)]
+def block(member: np.ndarray, axis: int, t: int, start: int = 0) -> np.ndarray:
+    """member[..., start:start + t (along axis), ...]: a member's rows of a cache."""
+    return member[(slice(None),) * axis + (slice(start, start + t),)]
 
 
 def _fmt(shape: tuple[int | None, ...]) -> str:

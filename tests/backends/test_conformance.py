@@ -17,7 +17,7 @@ import pytest
 from support import fake_trt
 
 from edged.artifact import load_artifact
-from edged.backends import EngineError, make_backend
+from edged.backends import Append, EngineError, Rows, make_backend
 
 
 @pytest.fixture(scope="module", params=["under test", "tensorrt double"])
@@ -192,3 +192,36 @@ def test_copy_and_zero_move_rows_in_and_out_of_device_buffers(backend):
         backend.copy(keys[0, :, :4, :4], block[:48].reshape(3, 4, 4))
     with pytest.raises(EngineError, match=r"copy: float32\[3, 8\] into float32\[3, 4\]"):
         backend.copy(keys[0, :, :4, 0], new_k[1, :, :, 0])
+
+
+def test_a_plan_appends_its_rows_at_each_members_position(artifact, backend, predictor):
+    """A plan's `Append`: after the engine runs, each active member's new K and V rows are in its
+    cache at that member's own position (a member not active keeps its cache; the other members'
+    slots are untouched): what a decode step does with the talker's cache, on the device."""
+    bufs = _predictor_buffers(artifact, backend, 2, seed=4)
+    caches, rows = [], []
+    for name in sorted(n for n in bufs if n.startswith("new_")):
+        out = bufs[name] = backend.device_empty(bufs[name].shape, np.float32)
+        axis = 3 if name.startswith("new_keys") else 2
+        shape = list(out.shape)
+        shape[0], shape[axis] = 3, 6  # three members' caches of six slots
+        caches.append(backend.device_empty(tuple(shape), np.float32))
+        rows.append(Rows(caches[-1], out, axis))
+    positions, active = backend.empty((2,), np.int64), backend.empty((2,), np.uint8)
+    positions[:], active[:] = (4, 1), (1, 1)
+    plan = predictor.plan(bufs, repeated=False, append=Append(tuple(rows), positions, active=active))
+    plan.run()
+    active[:] = (0, 1)
+    positions[:] = (0, 2)
+    plan.run()  # member 0 is not active: its rows at 0 stay unwritten
+    for r in rows:
+        got, new = backend.empty(r.cache.shape, np.float32), backend.empty(r.rows.shape, np.float32)
+        backend.copy(got, r.cache)
+        backend.copy(new, r.rows)
+        backend.sync()
+        want = np.zeros(r.cache.shape, np.float32)
+        t = r.rows.shape[r.axis]
+        for m, position in ((0, 4), (1, 1), (1, 2)):
+            index = (m,) + (slice(None),) * (r.axis - 1) + (slice(position, position + t),)
+            want[index] = new[m]
+        assert np.array_equal(got, want)

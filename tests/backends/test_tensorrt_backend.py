@@ -111,7 +111,7 @@ def engine_of(plan: Path):
     return fake_trt.Runtime(fake_trt.Logger()).deserialize_cuda_engine(plan.read_bytes().partition(b"\n")[2])
 
 
-def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
+def test_close_waits_for_the_stream_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
     backend = trt.TrtBackend()
     engine = backend.load(load_artifact(artifact).file("code_predictor"))
     buf = backend.empty((4, 8), np.float32)
@@ -120,6 +120,7 @@ def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, ar
     device_allocation = backend.device_memory[0]
     backend.claim_activations()
     activations = backend.activations
+    backend.copy(device, buf)  # still pending: close() waits for it before freeing what it uses
     backend.close()
     assert fake_trt.stack_depth() == 0 and backend.cuda_context.detached
     assert not engine.profiles and engine.engine is None and allocation.freed and not backend.buffers

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -73,10 +75,12 @@ ROWS = np.dtype([("cache", "<u8"), ("rows", "<u8"), ("cache_member", "<i8"), ("r
 
 
 def build(out_dir: Path, arch: str) -> Path:
-    """Compile the kernels for `arch` (e.g. sm_87) into out_dir/kernels.cubin, stamped (needs nvcc)."""
-    from pycuda.compiler import compile as nvcc
+    """Compile the kernels for `arch` (e.g. sm_87) into out_dir/kernels.cubin, stamped (needs nvcc: on
+    PATH, or in $CUDA_HOME/bin, default /usr/local/cuda)."""
+    from pycuda.compiler import compile as compile_cuda
 
-    cubin = nvcc(SOURCE, arch=arch, no_extern_c=True)
+    nvcc = shutil.which("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
+    cubin = compile_cuda(SOURCE, nvcc=nvcc, arch=arch, no_extern_c=True)
     path = out_dir / FILE
     with open(path, "wb") as f:
         f.write(json.dumps({"magic": MAGIC, "source_sha256": SOURCE_SHA256, "arch": arch}).encode() + b"\n")

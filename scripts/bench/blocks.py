@@ -3,14 +3,15 @@
 int4 weights in 32-, 64- and 128-row blocks, side by side in one run at the real Qwen3-TTS 0.6B
 dimensions.
 
-    python scripts/bench/blocks.py [--threads 2] [--repeats 7] [--frames 24] [--work DIR]
+    python scripts/bench/blocks.py [--threads 2] [--repeats 7] [--frames 24] [--work DIR] [--no-quality]
 
 The random real-dimension checkpoint and its fp32 artifact come from scripts/bench/common.py's
 cache in `--work` (as scripts/bench/weights.py makes them); each quantized twin
-(`edged-engines quantize --target cpu --block B`) is cached beside it. Each twin is timed in a fresh
-process: the talker's batch-1 decode at KV position 64 and one frame of code-predictor passes
-(scripts/roofline.py's stage times, median of `--repeats`). Then scripts/quant_quality.py compares
-every twin with fp32, teacher-forced.
+(`edged-engines quantize --target cpu --block B`) is cached beside it. The twins of one weight type
+are timed side by side in one fresh process, their runs interleaved (so a busy machine slows each
+alike): the talker's batch-1 decode at KV position 64 and one frame of code-predictor passes, the
+median of `--repeats` rounds. Then scripts/quant_quality.py compares every twin with fp32,
+teacher-forced.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--frames", type=int, default=24, help="teacher-forced frames per text (quant_quality.py)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
-    p.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child's job
+    p.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True,
+                   help="also the teacher-forced comparison with fp32 (minutes per twin)")
+    p.add_argument("--measure", type=Path, nargs="+", help=argparse.SUPPRESS)  # the child's job
     args = p.parse_args(argv)
     if args.measure:
         print(json.dumps(measure(args.measure, args.threads, args.repeats)))
@@ -66,12 +69,17 @@ def main(argv: list[str] | None = None) -> int:
                      lambda out, w=weights, b=block: quantize_artifact(fp32, out, w, "cpu", b), unloadable), flush=True)
         twins[weights, block] = out
     print("\n| weights | block | talker decode ms | code predictor ms / frame |\n|---|---|---|---|")
-    for (weights, block), path in twins.items():
-        done = subprocess.run([sys.executable, __file__, "--measure", str(path), "--threads", str(args.threads),
-                               "--repeats", str(args.repeats)], check=True, capture_output=True, text=True)
-        ms = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"| {weights} | {block} | {ms['talker decode']:.1f} | {ms['code predictor']:.1f} |", flush=True)
-    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats}; talker decode at KV position 64\n", flush=True)
+    for weights in ("int8", "int4"):
+        mine = [(block, path) for (w, block), path in twins.items() if w == weights]
+        done = subprocess.run([sys.executable, __file__, "--measure", *(str(p) for _, p in mine), "--threads",
+                               str(args.threads), "--repeats", str(args.repeats)], check=True, capture_output=True,
+                              text=True)
+        for (block, _), ms in zip(mine, json.loads(done.stdout.strip().splitlines()[-1])):
+            print(f"| {weights} | {block} | {ms['talker decode']:.1f} | {ms['code predictor']:.1f} |", flush=True)
+    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats} interleaved rounds; talker decode at KV "
+          f"position 64\n", flush=True)
+    if not args.quality:
+        return 0
     import quant_quality
 
     return quant_quality.main(["--fp32", str(fp32), "--quantized", *map(str, twins.values()), "--frames",

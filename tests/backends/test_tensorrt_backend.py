@@ -666,3 +666,21 @@ def test_validate_jetson_rows_through_the_doubles(trt, artifact):
                                                  f"60 CUDA graphs; {2 * a.dims.layers * 4} K/V copies before)")
     assert rows["boot time"] == ("PASS", "12.5 s (60 CUDA graphs captured); TimeoutStartSec 180 s")
     assert summary.rows[4][:2] == ("boot time", "FAIL")
+
+
+def test_a_prefill_length_bound_again_claims_no_device_memory(trt, artifact):
+    """Prefill plans are kept for the 64 most recent lengths; one bound again after it was dropped
+    reuses its append table: admissions never grow the device memory."""
+    from edged.talker import stage
+
+    backend = trt.TrtBackend()
+    try:
+        talker = Synthesizer(load_artifact(artifact), backend).core.talker
+        for t in range(1, stage.PREFILL_PLANS + 2):
+            talker._prefill_plan(t)
+        claimed = len(backend.device_memory)
+        for t in range(1, stage.PREFILL_PLANS + 2):  # every length again: each plan was dropped and is bound anew
+            talker._prefill_plan(t)
+        assert len(backend.device_memory) == claimed
+    finally:
+        backend.close()

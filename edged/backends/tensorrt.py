@@ -96,7 +96,7 @@ class AppendLaunch:
                                                              r.rows[0])
             table[i] = (device_address(r.cache), device_address(r.rows), r.cache.strides[0], r.rows.strides[0],
                         cache_pitch, rows_pitch, r.cache.strides[r.axis], runs, width)
-        self.table = backend.device_from(table.view(np.uint8))
+        self.table = backend.device_table(table.view(np.uint8))
         n = append.rows[0].rows.shape[0]
         self.grid = (kernels.grid(int((table["runs"] * table["width"]).max())), len(table), n)
         self.args = (device_address(self.table), device_address(append.positions),
@@ -235,6 +235,7 @@ class TrtBackend(Backend):
         self.device_memory: list[Any] = []
         self.activations: Any = None
         self.activation_size = 0
+        self.tables: dict[bytes, np.ndarray] = {}  # append tables by content: a plan bound again reuses its own
         self.kernels: Kernels | None = None
         self.launches = 0
         self.closed = False
@@ -297,6 +298,14 @@ class TrtBackend(Backend):
         buf = self.device_empty(array.shape, array.dtype)
         cuda.memcpy_htod(device_address(buf), np.ascontiguousarray(array))  # synchronous: boot only
         return buf
+
+    def device_table(self, table: np.ndarray) -> np.ndarray:
+        """`table` in device memory, once per distinct content: a prefill plan dropped and bound
+        again for the same length finds its table, so admissions never grow the device memory."""
+        key = table.tobytes()
+        if key not in self.tables:
+            self.tables[key] = self.device_from(table)
+        return self.tables[key]
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         """dst[...] = src on the stream: one contiguous copy, or the 2-D copy kernel (any pitches)."""

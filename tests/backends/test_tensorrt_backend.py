@@ -532,6 +532,15 @@ def test_plans_refuse_an_int8_artifact_with_the_reason_and_a_failed_build_is_an_
     assert not list(int8.glob("*.plan"))
 
 
+def test_validate_jetson_offers_no_int8_twin(tmp_path):
+    """Defect 1: blocked DequantizeLinear "is supported only for 2-D input tensors with DataType::kINT4"
+    (NvInfer.h v10.3.0, IDequantizeLayer), so the acceptance run offers int4 (the Jetson form) only."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "validate_jetson.py"), "--backend", "onnxruntime",
+                           "--artifact", str(tmp_path / "none"), "--weights", "int8"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "invalid choice: 'int8'" in done.stderr, done.stderr
+
+
 def test_one_activation_block_serves_every_context(trt, artifact):
     """Every execution context is USER_MANAGED on one block of device memory, the largest engine's
     size, instead of a kSTATIC block of its own each (the talker's two, the code predictor's, its

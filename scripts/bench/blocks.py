@@ -8,9 +8,8 @@ dimensions.
 The random real-dimension checkpoint and its fp32 artifact come from scripts/bench/common.py's
 cache in `--work` (as scripts/bench/weights.py makes them); each quantized twin
 (`edged-engines quantize --target cpu --block B`) is cached beside it. The twins of one weight type
-are timed side by side in one fresh process, their runs interleaved (so a busy machine slows each
-alike): the talker's batch-1 decode at KV position 64 and one frame of code-predictor passes, the
-median of `--repeats` rounds. Then scripts/quant_quality.py compares every twin with fp32,
+are timed one after the other in one fresh process: the talker's batch-1 decode at KV position 64
+and one frame of code-predictor passes, the median of `--repeats` runs. Then scripts/quant_quality.py compares every twin with fp32,
 teacher-forced.
 """
 
@@ -36,13 +35,13 @@ from common import cached, machine, prepare_case, unloadable
 FORMS = (("int8", 32), ("int8", 128), ("int4", 32), ("int4", 64), ("int4", 128))
 
 
-def measure(artifact: Path, threads: int, repeats: int) -> dict[str, float]:
+def measure(artifacts: list[Path], threads: int, repeats: int) -> list[dict[str, float]]:
+    """Each artifact's stage times in ms, one after the other in this process."""
     from roofline import stage_times
 
     from edged.artifact import load_artifact
 
-    times = stage_times(load_artifact(artifact), threads, repeats, 4)
-    return {k: v * 1e3 for k, v in times.items()}
+    return [{k: v * 1e3 for k, v in stage_times(load_artifact(a), threads, repeats, 4).items()} for a in artifacts]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| weights | block | talker decode ms | code predictor ms / frame |\n|---|---|---|---|")
     for weights in ("int8", "int4"):
         mine = [(block, path) for (w, block), path in twins.items() if w == weights]
+        if not mine:
+            continue
         done = subprocess.run([sys.executable, __file__, "--measure", *(str(p) for _, p in mine), "--threads",
                                str(args.threads), "--repeats", str(args.repeats)], check=True, capture_output=True,
                               text=True)
         for (block, _), ms in zip(mine, json.loads(done.stdout.strip().splitlines()[-1])):
             print(f"| {weights} | {block} | {ms['talker decode']:.1f} | {ms['code predictor']:.1f} |", flush=True)
-    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats} interleaved rounds; talker decode at KV "
+    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats} runs; talker decode at KV "
           f"position 64\n", flush=True)
     if not args.quality:
         return 0

@@ -9,8 +9,8 @@ The random real-dimension checkpoint and its fp32 artifact come from scripts/ben
 cache in `--work` (as scripts/bench/weights.py makes them); each quantized twin
 (`edged-engines quantize --target cpu --block B`) is cached beside it. The twins of one weight type
 are timed one after the other in one fresh process: the talker's batch-1 decode at KV position 64
-and one frame of code-predictor passes, the median of `--repeats` runs. Then scripts/quant_quality.py compares every twin with fp32,
-teacher-forced.
+and one frame of code-predictor passes, the median of `--repeats` runs. Then
+scripts/quant_quality.py compares every twin with fp32, teacher-forced.
 """
 
 from __future__ import annotations

@@ -90,8 +90,10 @@ class Daemon:
         curve = self._curve()
         artifact = load_artifact(cfg.daemon.artifact or None)
         self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads, cfg.daemon.cuda_graphs)
+        defaults = Sampling.defaults(artifact.sampling).with_overrides(
+            {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         core = Core(artifact, self.backend, chunk_frames=cfg.vocoder.chunk_frames,
-                    first_chunk_frames=cfg.vocoder.first_chunk_frames)
+                    first_chunk_frames=cfg.vocoder.first_chunk_frames, graph_window=defaults.cp_spec_verify_size)
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint, curve=curve)
         self.speaker = self._speaker(artifact)
@@ -99,8 +101,6 @@ class Daemon:
         self.voices = self._voices(artifact)
         claimed = self._preallocate(core, recorder)
         core.warm_up()
-        defaults = Sampling.defaults(artifact.sampling).with_overrides(
-            {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         no_history = (f"history unavailable ({self.history_error}): speak without a session" if self.history_error
                       else "this daemon keeps no history")
@@ -120,8 +120,8 @@ class Daemon:
             self.history.start()
         if self.voices is not None:
             self.voices.start()
-        log.info("serving %s on %s (artifact %s, max_batch %d, boot %.2f s)", artifact.family, cfg.endpoint,
-                 artifact.path, artifact.max_batch, time.monotonic() - t0)
+        log.info("serving %s on %s (artifact %s, max_batch %d, %d CUDA graphs, boot %.2f s)", artifact.family,
+                 cfg.endpoint, artifact.path, artifact.max_batch, self.backend.graphs(), time.monotonic() - t0)
         self.notifier.ready()
         self.notifier.status(f"serving on {cfg.endpoint}: 0/{artifact.max_batch} members, 0 queued")
         self.watchdog.start()
@@ -148,6 +148,7 @@ class Daemon:
     def _preallocate(self, core: Core, recorder: Recorder | None) -> dict[str, int]:
         """Claim every buffer; log what each part took."""
         claimed = core.preallocate()
+        claimed["activations"] = self.backend.activation_bytes()  # one block, every context's (TensorRT)
         if self.voices is not None:
             claimed.update(self.voices.encoder.preallocate())
         if self.speaker is not None:

@@ -42,9 +42,11 @@ class _Job:
 
 
 class Synthesizer:
-    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1):
+    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
+                 graph_window: int = 0):
         a = self.artifact = artifact
-        self.core = Core(a, backend, chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames)
+        self.core = Core(a, backend, chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames,
+                         graph_window=graph_window)
         self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
         self.claimed = {**self.core.preallocate(), "pcm_out": self.pcm.nbytes}
 

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from engines.registry import FAMILIES
+from engines.weight_form import CPU_BLOCK, JETSON_BLOCK, TARGETS, FormError, form
 
 BUILTIN = Path(__file__).resolve().parent.parent / "edged" / "data" / "tiny"
 
@@ -42,13 +43,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", choices=["fp32", "int8", "int4"], default="fp32",
                    help="int8 / int4: block-quantized matrix weights in the talker and code predictor "
                         "(engines/quantize.py)")
+    p.add_argument("--target", choices=TARGETS, default="cpu",
+                   help="the backend the quantized form is for: cpu (ONNX Runtime) or jetson (TensorRT 10.3: "
+                        "int4 only; engines/weight_form.py)")
     p.set_defaults(run=_export)
 
     p = commands.add_parser("quantize", help="an int8 / int4 twin of an fp32 artifact (no torch needed)")
     p.add_argument("--artifact", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--weights", choices=["int8", "int4"], required=True)
-    p.add_argument("--block", type=int, default=32, help="rows of a column per scale")
+    p.add_argument("--target", choices=TARGETS, default="cpu",
+                   help="the backend the form is for: cpu (ONNX Runtime's MatMulNBits) or jetson (TensorRT 10.3: "
+                        "int4 only, fp16 scales)")
+    p.add_argument("--block", type=int, default=None,
+                   help=f"rows of a column per scale (default: {CPU_BLOCK} for cpu, {JETSON_BLOCK} for jetson)")
     p.set_defaults(run=_quantize)
 
     p = commands.add_parser("fp16", help="an fp16 twin of an fp32 artifact (no torch needed)")
@@ -93,11 +101,13 @@ def _export(args: argparse.Namespace) -> int:
 
     if args.precision == "fp16" and args.weights != "fp32":
         raise SystemExit("edged-engines export: --weights int8/int4 needs --precision fp32")
+    if args.weights != "fp32":
+        _form(args.weights, args.target, None)  # refused before the export, not after
     export(args.checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
     if args.weights != "fp32":
         from engines.quantize import quantize_artifact
 
-        quantize_artifact(args.out, args.out, args.weights)
+        quantize_artifact(args.out, args.out, args.weights, args.target)
     if args.precision == "fp16":
         from engines.fp16 import convert_artifact
 
@@ -117,9 +127,18 @@ def _fp16(args: argparse.Namespace) -> int:
 def _quantize(args: argparse.Namespace) -> int:
     from engines.quantize import quantize_artifact
 
-    for role, stats in quantize_artifact(args.artifact, args.out, args.weights, args.block).items():
+    weight_form = _form(args.weights, args.target, args.block)
+    for role, stats in quantize_artifact(args.artifact, args.out, args.weights, args.target, args.block).items():
         print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in stats.items()))
+    print(f"form: {weight_form.weights} for {weight_form.target}, {weight_form.block}-row blocks")
     return 0
+
+
+def _form(weights: str, target: str, block: int | None):
+    try:
+        return form(weights, target, block)
+    except FormError as exc:
+        raise SystemExit(f"edged-engines: {exc}") from exc
 
 
 def _builtin(args: argparse.Namespace) -> int:

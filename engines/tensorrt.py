@@ -11,10 +11,14 @@ cache) and the vocoder have one profile each (batch 1..max_batch with opt 1; voc
 values). Which axis of which input is dynamic, and in what role, is that explicit table; an input
 with a dynamic axis the table does not name is an error, so a contract change cannot build a plan
 that the runtime's bindings fall outside of. The builder's workspace is capped (default 1 GiB, for
-an 8 GB Orin) and TF32 is off, so fp32 plans match ONNX Runtime. An fp16 artifact is built as a
-strongly typed network: its graphs say where fp16 is (the weights' products) and where fp32 stays
-(norms, softmax, logits, sampling). Only `build` needs TensorRT; the profiles are computed (and
-tested) without it."""
+an 8 GB Orin). TF32 is cleared for every build: it is on by default (NvInfer.h BuilderFlag::kTF32,
+"Enabled by default") and STRONGLY_TYPED does not clear it, so without this the fp32 islands of a
+strongly typed plan (norms, softmax, logits, sampling) and every fp32 plan would round their products'
+inputs to 10-bit mantissas. An fp16 artifact, and an int4 one in the Jetson form, is built as a
+strongly typed network: its graphs say where fp16 (and INT4 weights) are and where fp32 stays. A
+quantized form TensorRT 10.3 cannot build is refused first, with the reason (`weights_refusal`). The
+backend's CUDA kernels (`edged/backends/kernels.py`) are compiled for this GPU beside the plans. Only
+`build` and `build_plans` need TensorRT; the profiles are computed (and tested) without it."""
 
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ import json
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from edged.backends import kernels
 from edged.backends.plan_file import write_plan
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
+from engines.weight_form import FormError, form
 
 ANY = "*"
 Profile = dict[str, dict[int, str]]
@@ -96,7 +102,8 @@ def profile(role: str, index: int, name: str, shape: list[int], sizes_by_role: d
 
 
 def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, int]], strongly_typed: bool,
-          workspace: int = WORKSPACE) -> bytes:
+          workspace: int = WORKSPACE):
+    """The serialized engine (TensorRT's IHostMemory, a buffer written out as it is)."""
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.WARNING)
@@ -110,8 +117,7 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
     config.set_memory_pool_limit(trt.MemoryPoolType.TACTIC_DRAM, TACTIC_DRAM)
-    if not strongly_typed:  # a strongly typed network's types are the graph's; builder precision flags do not apply
-        config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32: plans match ONNX Runtime
+    config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32, strongly typed or not: plans match ONNX Runtime
     for index in range(len(profiles(role))):
         optimization = builder.create_optimization_profile()
         for i in range(network.num_inputs):
@@ -121,20 +127,41 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
                 optimization.set_shape(tensor.name, *shapes)
         config.add_optimization_profile(optimization)
     plan = builder.build_serialized_network(network, config)
-    if plan is None:
-        raise SystemExit(f"{onnx_path.name}: TensorRT build failed")
-    return bytes(plan)
+    if plan is None:  # TensorRT logged why
+        raise SystemExit(f"{onnx_path.name}: TensorRT build failed (its log above says why)")
+    return plan
+
+
+def weights_refusal(model: dict) -> str | None:
+    """Why TensorRT 10.3 cannot build an artifact's quantized weights (engines/weight_form.py), or None."""
+    weights, target = model.get("weights", "fp32"), model.get("weight_target")
+    if weights == "fp32":
+        return None
+    try:
+        form(weights, "jetson", model.get("weight_block") if target == "jetson" else None)
+    except FormError as exc:
+        return str(exc)
+    if target != "jetson":
+        return (f"its {weights} weights are in the {target} form ({model.get('weight_block')}-row blocks, fp32 "
+                f"scales), and TensorRT 10.3 takes INT4 blocks of 64 or 128 rows with fp16 scales (fp32 scales make "
+                f"every product an fp32 GEMM): quantize the fp32 artifact with --target jetson")
+    return None
 
 
 def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
                 workspace: int = WORKSPACE) -> list[Path]:
-    """Build a stamped plan for every graph of the artifact; returns their paths. An fp16 artifact
-    (`edged-engines fp16` / `export --precision fp16`) is built strongly typed: fp16 where its graphs
-    say so, fp32 everywhere else; so is an int8 / int4 artifact (`export --weights`), whose
-    DequantizeLinear weights TensorRT builds into weight-only kernels (explicit quantization)."""
+    """Build a stamped plan for every graph of the artifact, and the backend's kernels; returns the
+    plans' paths. An fp16 artifact (`edged-engines fp16` / `export --precision fp16`) is built strongly
+    typed: fp16 where its graphs say so, fp32 everywhere else; so is an int4 artifact in the Jetson form
+    (`quantize --target jetson`), whose DequantizeLinear weights TensorRT builds into INT4-weight fp16
+    GEMMs (explicit quantization). A form it cannot build is refused before anything is built."""
+    import pycuda.driver as cuda
     import tensorrt as trt
 
     manifest = json.loads((artifact / "artifact.json").read_text())
+    refused = weights_refusal(manifest["model"])
+    if refused:
+        raise SystemExit(f"{artifact}: TensorRT 10.3 cannot build this artifact: {refused}")
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
     by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames,
@@ -146,4 +173,7 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
         write_plan(plan, build(onnx_path, role, by_role, strongly_typed, workspace), trt.__version__, onnx_path,
                    fp16=fp16, profile=by_role)
         written.append(plan)
+    cuda.init()
+    major, minor = cuda.Device(0).compute_capability()
+    kernels.build(artifact, f"sm_{major}{minor}")
     return written

@@ -7,11 +7,17 @@
 # 1. JetPack's packages: TensorRT's Python bindings (python3-libnvinfer; there is no TensorRT wheel for
 #    Jetson on the package index), venv and headers, libsystemd for the systemd extra. As root, missing
 #    ones are installed; otherwise they are listed and the script stops.
-# 2. A virtual environment with --system-site-packages, so it sees JetPack's `tensorrt`.
-# 3. pycuda built from source against the installed CUDA (nvcc on PATH).
-# 4. edged with its systemd and jetson extras.
-# 5. The check: tensorrt and pycuda import, the GPU is there, and the TensorRT backend opens and closes
-#    (pushes and pops its CUDA context). Then build plans for an artifact: edged-engines plans ARTIFACT.
+# 2. A virtual environment with --system-site-packages, so it sees JetPack's `tensorrt`. Every pip
+#    install below takes scripts/jetson-constraints.txt: numpy stays 1.x, the numpy TensorRT 10.3's
+#    bindings were built against.
+# 3. pycuda built from source against the installed CUDA (nvcc on PATH; `edged-engines plans` also
+#    compiles the backend's kernels with it).
+# 4. edged with its systemd and jetson extras (pycuda; onnx, which `edged-engines fp16` and `quantize`
+#    need for validate_jetson.py --fp16 / --weights), and pytest, which validate_jetson.py runs the
+#    backend tests with.
+# 5. The check: tensorrt and pycuda import, numpy is 1.x, the GPU is there, and the TensorRT backend
+#    opens and closes (pushes and pops its CUDA context). Then build plans for an artifact:
+#    edged-engines plans ARTIFACT; then scripts/validate_jetson.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -36,15 +42,18 @@ if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
 fi
 
 "$PYTHON" -m venv --system-site-packages "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip
-PATH="$CUDA_HOME/bin:$PATH" CUDA_ROOT="$CUDA_HOME" "$VENV/bin/pip" install -q --no-binary pycuda 'pycuda>=2022.2'
-"$VENV/bin/pip" install -q -e '.[systemd,jetson]'
-"$VENV/bin/pip" install -q --no-deps silero-vad==6.2.3
+pip=("$VENV/bin/pip" install -q -c scripts/jetson-constraints.txt)
+"${pip[@]}" --upgrade pip
+PATH="$CUDA_HOME/bin:$PATH" CUDA_ROOT="$CUDA_HOME" "${pip[@]}" --no-binary pycuda 'pycuda>=2022.2'
+"${pip[@]}" -e '.[systemd,jetson]' 'pytest>=8'
+"${pip[@]}" --no-deps silero-vad==6.2.3
 
 "$VENV/bin/python" - <<'PY'
+import numpy
 import pycuda.driver as cuda
 import tensorrt
 
+assert numpy.__version__.startswith("1."), f"numpy {numpy.__version__}: TensorRT 10.3's bindings take numpy 1.x"
 cuda.init()
 print(f"tensorrt {tensorrt.__version__}; {cuda.Device.count()} CUDA device(s): {cuda.Device(0).name()}")
 from edged.backends import make_backend

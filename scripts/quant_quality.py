@@ -39,9 +39,9 @@ from edged.artifact import Artifact, load_artifact
 from edged.backends import onnxruntime as edged_ort
 from edged.families import get_family
 from edged.request import SpeechRequest
-from engines.quantize import dequantize
 from engines.sampling import SPECIALS_PER_VOCAB
 from engines.talker import predict_frame, predictor_cache
+from engines.weight_form import dequantize
 
 TEXTS = ["Hello world, this is edged speaking.", "Please keep the door closed when the heating is on."]
 FORCE_T = 100.0

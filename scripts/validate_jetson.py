@@ -12,13 +12,19 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR; the clone encoder
    (voice cloning): x-vectors and reference codes against ONNX Runtime's; then the same
    cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
+   activation memory: the one block every execution context shares, against what kSTATIC contexts
+   would claim each; launches per step: what the host puts on the stream for one talker step of a
+   cohort of max_batch (the K/V appends ride inside the steps' graphs);
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
-   frames agreement and PCM SNR; `--weights int8 int4`: the artifact's quantized twins
-   (`edged-engines quantize`), built strongly typed (TensorRT's weight-only INT4 kernels), against
-   the same twin on ONNX Runtime: frames agreement and PCM SNR;
+   frames agreement and PCM SNR; `--weights int4`: the artifact's int4 twin in the Jetson form
+   (`edged-engines quantize --target jetson`: 128-row blocks, fp16 scales), built strongly typed
+   (TensorRT's INT4-weight fp16 GEMMs), against the same twin on ONNX Runtime: frames agreement and
+   PCM SNR (int8 has no form TensorRT 10.3 builds: engines/weight_form.py);
 6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
    audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
+   boot time: the daemon's own (its log: plans loaded, buffers claimed, CUDA graphs captured, warm-up)
+   against the unit's TimeoutStartSec, and the graphs it captured;
 7. SIGTERM: the daemon drains, closes the backend (the CUDA context is popped) and exits 0.
 """
 
@@ -43,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from edged.artifact import BUILTIN, load_artifact
 from edged.backends import make_backend
+from edged.core import Core
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
@@ -176,6 +183,49 @@ def cuda_graphs(artifact: Path, backend: str, summary: Summary) -> None:
                                      f"({(talker_e + vocoder_e) / (talker_g + vocoder_g):.2f}x)")
 
 
+def activation_memory(artifact: Path, backend_name: str, summary: Summary) -> None:
+    """The activation block every execution context shares (USER_MANAGED), against the sum kSTATIC
+    contexts would claim (each its engine's size)."""
+    if backend_name != "tensorrt":
+        summary.add("activation memory", None, "TensorRT only")
+        return
+    backend = make_backend(backend_name)
+    try:
+        Synthesizer(load_artifact(artifact), backend)
+        contexts = sum(len(e.profiles) for e in backend.engines)
+        static = sum(e.activation_bytes * len(e.profiles) for e in backend.engines)
+        shared = backend.activation_bytes()
+        summary.add("activation memory", shared == max(e.activation_bytes for e in backend.engines) and shared < static,
+                    f"one block of {shared / 2**20:.1f} MiB for {contexts} contexts (kSTATIC: {static / 2**20:.1f} MiB)")
+    finally:
+        backend.close()
+
+
+def launches_per_step(artifact: Path, backend_name: str, summary: Summary, steps: int = 8) -> None:
+    """What the host puts on the stream for one talker step of a full cohort: the decode and the code
+    predictor's passes, one graph launch each (engine + K/V append when enqueued); never a copy per layer."""
+    if backend_name != "tensorrt":
+        summary.add("launches per step", None, "TensorRT only (ONNX Runtime launches nothing on a device)")
+        return
+    backend = make_backend(backend_name)
+    try:
+        a = load_artifact(artifact)
+        core = Core(a, backend)
+        core.preallocate()
+        members = [core.prepare(SpeechRequest(f"l{i}", TEXTS[i % len(TEXTS)], sampling=Sampling.greedy()), i)
+                   for i in range(a.max_batch)]
+        before = backend.launches
+        for _ in range(steps):
+            core.talker.step_cohort(members)
+        per_step = (backend.launches - before) / steps
+        plans = 1 + a.dims.code_groups - 1  # the decode and one pass per residual group
+        summary.add("launches per step", per_step <= 2 * plans,
+                    f"{per_step:.1f} at batch {a.max_batch} ({plans} plans; {backend.graphs()} CUDA graphs; "
+                    f"{2 * a.dims.layers * a.max_batch} K/V copies before)")
+    finally:
+        backend.close()
+
+
 def stage_ms(reports: list) -> tuple[float, float]:
     """Talker and vocoder milliseconds per frame over `reports` (dicts, or results carrying `.report`)."""
     reports = [getattr(r, "report", r) for r in reports]
@@ -225,6 +275,7 @@ def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
                     f"{pct(ttfa, 95):.0f} ms; RTF p50 {statistics.median(r['rtf'] for r in reports):.3f}; per frame: "
                     f"talker {talker:.1f} ms, vocoder {vocoder:.1f} ms; prefill p50 {prefill:.0f} ms; "
                     f"{memory.describe()}")
+        boot_time((tmp / "daemon.log").read_text(), summary)
         daemon.send_signal(15)
         code = daemon.wait(timeout=60)
         closed = f"closed the {backend} backend" in (tmp / "daemon.log").read_text()
@@ -233,6 +284,18 @@ def soak(artifact: Path, backend: str, requests: int, summary: Summary) -> None:
         if daemon.poll() is None:
             daemon.kill()
         log.close()
+
+
+def boot_time(log: str, summary: Summary) -> None:
+    """The daemon's boot (its "serving" line) against the unit's TimeoutStartSec: PASS within half of it."""
+    served = re.search(r"(\d+) CUDA graphs, boot ([\d.]+) s\)", log)
+    unit = re.search(r"^TimeoutStartSec=(\d+)s", (ROOT / "systemd" / "edged.service").read_text(), re.M)
+    if served is None or unit is None:
+        summary.add("boot time", False, "no boot line in the daemon's log" if served is None else "no TimeoutStartSec")
+        return
+    graphs, seconds, limit = int(served.group(1)), float(served.group(2)), int(unit.group(1))
+    summary.add("boot time", seconds < limit / 2, f"{seconds:.1f} s ({graphs} CUDA graphs captured); TimeoutStartSec "
+                                                  f"{limit} s")
 
 
 def wait_ready(endpoint: str, daemon: subprocess.Popen, tmp: Path) -> None:
@@ -289,9 +352,9 @@ def main() -> int:
     p.add_argument("--artifact", type=Path, default=BUILTIN)
     p.add_argument("--soak-requests", type=int, default=25, help="requests per client (4 clients)")
     p.add_argument("--fp16", action="store_true", help="also the artifact's fp16 twin, built strongly typed, and its quality")
-    p.add_argument("--weights", nargs="*", choices=["int8", "int4"], default=[],
-                   help="also the artifact's int8 / int4 twins (engines/quantize.py), built strongly typed: plans, "
-                        "and frames against the same twin on ONNX Runtime")
+    p.add_argument("--weights", nargs="*", choices=["int4"], default=[],
+                   help="also the artifact's int4 twin in the Jetson form (engines/weight_form.py), built strongly "
+                        "typed: plans, and frames against the same twin on ONNX Runtime")
     p.add_argument("--clocks", action="store_true", help="run `sudo jetson_clocks` first (the timings assume it)")
     args = p.parse_args()
     summary = Summary()
@@ -304,6 +367,8 @@ def main() -> int:
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
         clone_encoder(artifact, args.backend, summary)
         cuda_graphs(artifact, args.backend, summary)
+        activation_memory(artifact, args.backend, summary)
+        launches_per_step(artifact, args.backend, summary)
         if args.fp16:
             fp16 = work / "fp16"
             made = subprocess.run([sys.executable, "-m", "engines.cli", "fp16", "--artifact", str(args.artifact),
@@ -315,7 +380,8 @@ def main() -> int:
         for weights in args.weights:
             twin = work / weights
             made = subprocess.run([sys.executable, "-m", "engines.cli", "quantize", "--artifact", str(args.artifact),
-                                   "--out", str(twin), "--weights", weights], capture_output=True, text=True)
+                                   "--out", str(twin), "--weights", weights, "--target", "jetson"],
+                                  capture_output=True, text=True)
             if made.returncode:
                 summary.add(f"{weights} artifact", False, made.stderr.strip()[-300:])
             elif plans(twin, args.backend, summary, f"plans ({weights}, strongly typed)"):

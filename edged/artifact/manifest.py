@@ -21,6 +21,7 @@ class ArtifactError(ValueError):
 FORMAT = 1
 PRECISIONS = ("fp32", "fp16")
 WEIGHTS = ("fp32", "int8", "int4")
+WEIGHT_TARGETS = ("cpu", "jetson")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class Manifest:
     engines/quantize.py)."""
     weight_block: int = 0
     """Rows per quantization scale (0 for fp32 weights)."""
+    weight_target: str = ""
+    """Which backend's kernels the quantized form is for: cpu (ONNX Runtime's MatMulNBits: fp32 scales)
+    or jetson (TensorRT 10.3: INT4 in blocks of 64 or 128, fp16 scales, fp16 products); "" for fp32
+    weights (engines/weight_form.py)."""
 
     @property
     def frame_ms(self) -> float:
@@ -115,7 +120,8 @@ class Manifest:
             "format": FORMAT,
             "family": self.family,
             "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision,
-                      "layout": self.layout, "weights": self.weights, "weight_block": self.weight_block},
+                      "layout": self.layout, "weights": self.weights, "weight_block": self.weight_block,
+                      **({"weight_target": self.weight_target} if self.weight_target else {})},
             "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
             "dims": asdict(self.dims),
             "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
@@ -152,6 +158,13 @@ class Manifest:
                                 f"weights and 0 for fp32, got {block!r}")
         if weights != "fp32" and precision != "fp32":
             raise ArtifactError(f"artifact.json: 'model.weights' {weights} needs 'model.precision' fp32, got {precision}")
+        target = model.get("weight_target", "")
+        if weights != "fp32" and "weight_target" not in model:
+            raise ArtifactError(f"artifact.json: missing key 'model.weight_target' ({', '.join(WEIGHT_TARGETS)}: which "
+                                f"backend the {weights} form is for; quantize the fp32 artifact again to record it)")
+        if target not in (WEIGHT_TARGETS if weights != "fp32" else ("",)):
+            raise ArtifactError(f"artifact.json: 'model.weight_target' must be one of {', '.join(WEIGHT_TARGETS)} for "
+                                f"quantized weights and absent for fp32, got {target!r}")
         layout = model.get("layout", "tts")
         if not isinstance(layout, str):
             raise ArtifactError(f"artifact.json: 'model.layout' must be a string, got {layout!r}")
@@ -195,6 +208,7 @@ class Manifest:
             sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS
                       if k not in ("seed", "cp_spec_verify_size")},  # the model's generation defaults
             graphs=graphs, files=files, layout=layout, lead_samples=lead, weights=weights, weight_block=block,
+            weight_target=target,
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec
+from edged.backends.base import Append, Backend, Engine, EngineError, Plan, Rows, TensorSpec
 
 
 def make_backend(name: str = "onnxruntime", threads: int = 0, cuda_graphs: bool = True) -> Backend:
@@ -19,4 +19,4 @@ def make_backend(name: str = "onnxruntime", threads: int = 0, cuda_graphs: bool 
     raise ValueError(f"unknown backend {name!r} (known: onnxruntime, tensorrt)")
 
 
-__all__ = ["Backend", "Engine", "EngineError", "Plan", "TensorSpec", "make_backend"]
+__all__ = ["Append", "Backend", "Engine", "EngineError", "Plan", "Rows", "TensorSpec", "make_backend"]

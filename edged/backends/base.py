@@ -15,8 +15,15 @@ bytes; otherwise each slot gets an allocation of its own). `Engine.plan` checks 
 backend, so a misaligned view fails at boot, named. `Backend.close()` releases engines and buffers
 in order (TensorRT: and pops the CUDA context); it is idempotent.
 
-What only the engines read (the KV cache, the vocoder state) is claimed with `device_empty` and
-written only through `copy` and `zero`: on TensorRT it is device memory the host cannot touch.
+What only the engines read (the KV cache, the vocoder state, the code predictor's heads) is claimed
+with `device_empty` (or `device_from`, filled once at boot) and written only through `copy`, `zero`
+and appends: on TensorRT it is device memory the host cannot touch. A plan may carry an `Append`:
+rows of its outputs written into a cache at each member's position as part of the run (on TensorRT
+one kernel launch, inside the step's CUDA graph).
+
+Work is asynchronous where the backend is (TensorRT: one stream): `Plan.run()` returns with its
+outputs ready, but `copy` and `zero` are only ordered with the engines' work; the host reads or
+reuses their buffers after `sync()`.
 """
 
 from __future__ import annotations
@@ -43,14 +50,63 @@ class TensorSpec:
     dtype: np.dtype
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A plan's new rows [n, ..., T, ...] and the cache [B, ..., S, ...] they go into, along `axis`."""
+
+    cache: np.ndarray
+    rows: np.ndarray
+    axis: int
+
+
+@dataclass(frozen=True)
+class Append:
+    """After the engine runs: for each member m < n with active[m] (every member without `active`),
+    cache[slots[m] (m without `slots`), ..., positions[m] : positions[m] + T, ...] = rows[m] for every
+    `Rows`. positions, slots and active are the backend's buffers, read when the plan runs."""
+
+    rows: tuple[Rows, ...]
+    positions: np.ndarray
+    slots: np.ndarray | None = None
+    active: np.ndarray | None = None
+
+    def check(self) -> None:
+        """Every pair is a block of evenly strided runs on both sides (what the kernel copies)."""
+        n = self.rows[0].rows.shape[0]
+        for r in self.rows:
+            t = r.rows.shape[r.axis]
+            others = [(c, w) for i, (c, w) in enumerate(zip(r.cache.shape, r.rows.shape)) if i not in (0, r.axis)]
+            if r.rows.shape[0] != n or r.cache.dtype != r.rows.dtype or r.cache.ndim != r.rows.ndim or \
+                    any(c != w for c, w in others):
+                raise EngineError(f"append: rows {r.rows.dtype}{list(r.rows.shape)} do not fit cache "
+                                  f"{r.cache.dtype}{list(r.cache.shape)} along axis {r.axis}")
+            copy_rows(block(r.cache[0], r.axis - 1, t), r.rows[0])
+        if self.positions.shape[0] < n or (self.active is not None and self.active.shape[0] < n) or \
+                (self.slots is not None and self.slots.shape[0] < n):
+            raise EngineError(f"append: positions, slots and active need a value for each of the {n} members")
+
+    def apply(self) -> None:
+        """The append on host memory (what a backend without device memory does)."""
+        n = self.rows[0].rows.shape[0]
+        for m in range(n):
+            if self.active is not None and not self.active[m]:
+                continue
+            slot, position = m if self.slots is None else int(self.slots[m]), int(self.positions[m])
+            for r in self.rows:
+                block(r.cache[slot], r.axis - 1, r.rows.shape[r.axis], position)[...] = r.rows[m]
+
+
 class Plan(ABC):
     """One bound invocation of an engine; `run()` is the only call on the step path."""
 
     bindings: Mapping[str, np.ndarray]
     """The buffers it is bound to, by tensor name."""
+    graphed: bool = False
+    """Made for repeated runs worth a CUDA graph (what TensorRT captures at boot)."""
 
     @abstractmethod
-    def run(self) -> None: ...
+    def run(self) -> None:
+        """Run the engine (and its append); its outputs are ready when it returns."""
 
 
 class Engine(ABC):
@@ -70,10 +126,13 @@ class Engine(ABC):
             raise EngineError(f"{self.name}: has no tensor {tensor}")
         return spec.dtype
 
-    def plan(self, bindings: Mapping[str, np.ndarray], *, repeated: bool = True) -> Plan:
+    def plan(self, bindings: Mapping[str, np.ndarray], *, repeated: bool = True, graph: bool = True,
+             append: Append | None = None) -> Plan:
         """Bind every input and output of the graph to a buffer; checked once, here. `repeated`: the
         plan runs again and again (a step); False for a plan made for one run (a prefill of one
-        length), which a backend does not prepare further (TensorRT: no CUDA graph)."""
+        length), which a backend does not prepare further (TensorRT: no CUDA graph). `graph`: a
+        repeated plan worth a CUDA graph at boot (False: one the configuration rarely runs, enqueued
+        instead). `append`: rows of its outputs written into a cache when it runs."""
         wanted = set(self.inputs) | set(self.outputs)
         missing = sorted(wanted - set(bindings))
         extra = sorted(set(bindings) - wanted)
@@ -82,8 +141,11 @@ class Engine(ABC):
         for name, buf in bindings.items():
             spec = self.inputs.get(name) or self.outputs[name]
             self._check(spec, buf)
-        plan = self._plan(bindings, repeated)
+        if append is not None:
+            append.check()
+        plan = self._plan(bindings, repeated and graph, append)
         plan.bindings = dict(bindings)
+        plan.graphed = repeated and graph
         return plan
 
     def _check(self, spec: TensorSpec, buf: np.ndarray) -> None:
@@ -99,11 +161,14 @@ class Engine(ABC):
             raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
 
     @abstractmethod
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool) -> Plan: ...
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan: ...
 
 
 class Backend(ABC):
     name: str
+    launches: int = 0
+    """Work the host has put on the device: engine enqueues, graph and kernel launches, copies and
+    memsets (0 where nothing is launched: ONNX Runtime)."""
 
     @abstractmethod
     def load(self, path: Path) -> Engine: ...
@@ -118,6 +183,24 @@ class Backend(ABC):
         state): device memory where the backend has one (TensorRT), which the host must never read or
         write directly. Here: host memory, as `empty`."""
         return self.empty(shape, dtype)
+
+    def device_from(self, array: np.ndarray) -> np.ndarray:
+        """A `device_empty` buffer holding a copy of `array`, made once at boot (a table only the
+        engines read)."""
+        buf = self.device_empty(array.shape, array.dtype)
+        np.copyto(buf, array)
+        return buf
+
+    def activation_bytes(self) -> int:
+        """Device memory the engines' execution contexts claimed for their activations."""
+        return 0
+
+    def graphs(self) -> int:
+        """CUDA graphs the plans bound so far hold."""
+        return 0
+
+    def sync(self) -> None:  # noqa: B027 (a no-op here; TensorRT overrides it)
+        """Wait for every copy and zero enqueued so far (a no-op where work is synchronous)."""
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         """`dst[...] = src` in order with the engines' work, for any buffers of this backend (device
@@ -162,6 +245,11 @@ def copy_rows(dst: np.ndarray, src: np.ndarray) -> tuple[int, int, int, int]:
     if dims:
         raise EngineError(f"copy: {list(dst.shape)} with strides {dst.strides} / {src.strides} is not a 2-D copy")
     return width, height, dst_pitch, src_pitch
+
+
+def block(member: np.ndarray, axis: int, t: int, start: int = 0) -> np.ndarray:
+    """member[..., start:start + t (along axis), ...]: a member's rows of a cache."""
+    return member[(slice(None),) * axis + (slice(start, start + t),)]
 
 
 def _fmt(shape: tuple[int | None, ...]) -> str:

@@ -1,11 +1,18 @@
 """CUDA graphs through the CUDA driver API: capture what one bound plan enqueues, replay it per step.
 
 pycuda has no stream capture, so this calls libcuda (always present where CUDA runs) through
-ctypes: `cuStreamBeginCapture_v2` on the backend's stream, the plan's enqueue, `cuStreamEndCapture`,
-`cuGraphInstantiateWithFlags`; a step is then one `cuGraphLaunch` instead of one launch per kernel.
-A captured graph holds the addresses and shapes that were bound when it was captured, so it is made
-once per bound plan, whose buffers never move. Every driver call's result is checked and a failure
-names the call and the CUDA error.
+ctypes: `cuStreamBeginCapture_v2` on the backend's stream (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), the
+plan's enqueue, `cuStreamEndCapture`, `cuGraphInstantiateWithFlags`; a step is then one
+`cuGraphLaunch` instead of one launch per kernel. A captured graph holds the addresses and shapes
+that were bound when it was captured, so it is made once per bound plan, whose buffers never move.
+Only the executable graph is kept (the captured one is destroyed once instantiated, as trtexec does).
+
+A capture that fails is cleaned up the way trtexec's endCaptureOnError does (samples/common/
+sampleDevice.h, TensorRT v10.3.0): the capture is always ended, a graph it returned is destroyed,
+and the CUDA runtime's last error, which a failed capture inside TensorRT leaves set and which
+TensorRT's next call would report, is cleared with `cudaGetLastError()`; a graph whose instantiation
+failed is destroyed too. Then the caller enqueues the plan instead. Every driver call's result is
+checked and a failure names the call and the CUDA error.
 """
 
 from __future__ import annotations
@@ -38,6 +45,14 @@ def driver():
     return lib
 
 
+@cache
+def runtime():
+    """libcudart, the CUDA runtime TensorRT reports errors through (tests put a double in its place)."""
+    lib = ctypes.CDLL("libcudart.so.12")
+    lib.cudaGetLastError.argtypes, lib.cudaGetLastError.restype = [], ctypes.c_int
+    return lib
+
+
 def check(lib, call: str, result: int) -> None:
     if result != 0:
         name = ctypes.c_char_p()
@@ -51,24 +66,36 @@ class Graph:
     def __init__(self, stream: int, enqueue: Callable[[], None]):
         self.lib = lib = driver()
         self.stream = ctypes.c_void_p(stream)
-        graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
+        self.exec = ctypes.c_void_p()
+        graph = ctypes.c_void_p()
         check(lib, "cuStreamBeginCapture", lib.cuStreamBeginCapture_v2(self.stream, CAPTURE_MODE_THREAD_LOCAL))
         try:
             enqueue()
-        finally:  # a capture is always ended, also when the enqueue failed
-            ended = lib.cuStreamEndCapture(self.stream, ctypes.byref(graph))
-        check(lib, "cuStreamEndCapture", ended)
-        self.graph = graph
-        check(lib, "cuGraphInstantiate", lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), graph, 0))
+        except BaseException:
+            lib.cuStreamEndCapture(self.stream, ctypes.byref(graph))  # always ended, whatever it returns
+            self._discard(graph)
+            raise
+        ended = lib.cuStreamEndCapture(self.stream, ctypes.byref(graph))
+        if ended != 0:
+            self._discard(graph)
+            check(lib, "cuStreamEndCapture", ended)
+        instantiated = lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), graph, 0)
+        if instantiated != 0:
+            self._discard(graph)
+            check(lib, "cuGraphInstantiate", instantiated)
+        check(lib, "cuGraphDestroy", lib.cuGraphDestroy(graph))  # the executable graph is all a launch needs
+
+    def _discard(self, graph: ctypes.c_void_p) -> None:
+        """After a failed capture: destroy what it returned and clear the runtime's last error."""
+        if graph.value:
+            check(self.lib, "cuGraphDestroy", self.lib.cuGraphDestroy(graph))
+        runtime().cudaGetLastError()
 
     def launch(self) -> None:
         check(self.lib, "cuGraphLaunch", self.lib.cuGraphLaunch(self.exec, self.stream))
 
     def close(self) -> None:
-        """Destroy the executable graph and the graph; idempotent."""
+        """Destroy the executable graph; idempotent."""
         if self.exec.value:
             check(self.lib, "cuGraphExecDestroy", self.lib.cuGraphExecDestroy(self.exec))
             self.exec = ctypes.c_void_p()
-        if self.graph.value:
-            check(self.lib, "cuGraphDestroy", self.lib.cuGraphDestroy(self.graph))
-            self.graph = ctypes.c_void_p()

@@ -8,19 +8,22 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from edged.backends.base import Backend, Engine, EngineError, Plan, TensorSpec, aligned_zeros
+from edged.backends.base import Append, Backend, Engine, EngineError, Plan, TensorSpec, aligned_zeros
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
            "tensor(float16)": np.float16, "tensor(int32)": np.int32}
 
 
 class OrtPlan(Plan):
-    def __init__(self, session: ort.InferenceSession, binding: ort.IOBinding):
+    def __init__(self, session: ort.InferenceSession, binding: ort.IOBinding, append: Append | None):
         self._session = session
         self._binding = binding
+        self._append = append
 
     def run(self) -> None:
         self._session.run_with_iobinding(self._binding)
+        if self._append is not None:
+            self._append.apply()
 
 
 class OrtEngine(Engine):
@@ -29,12 +32,12 @@ class OrtEngine(Engine):
         super().__init__(path, [_spec(path, i) for i in session.get_inputs()],
                          [_spec(path, o) for o in session.get_outputs()])
 
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool) -> Plan:
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
         binding = self.session.io_binding()
         for name, buf in bindings.items():
             bind = binding.bind_input if name in self.inputs else binding.bind_output
             bind(name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
-        return OrtPlan(self.session, binding)
+        return OrtPlan(self.session, binding, append)
 
 
 ACCURACY_LEVEL = "4"

@@ -34,11 +34,15 @@ class StepOutput:
 
 
 class Core:
-    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1):
+    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
+                 graph_window: int = 0):
+        """`graph_window`: the speculative verify window requests use by default (TensorRT captures the
+        code predictor's plans of that window as CUDA graphs at boot)."""
         self.artifact = artifact
         tables = artifact.tables()
         self.port = CodecPort(artifact.max_batch, artifact.max_seq, artifact.dims.code_groups)
-        self.talker = TalkerStage(artifact, backend, get_family(artifact.family).talking(artifact), tables, self.port)
+        self.talker = TalkerStage(artifact, backend, get_family(artifact.family).talking(artifact), tables, self.port,
+                                  graph_window=graph_window)
         self.vocoder = VocoderStage(artifact, backend, self.port, chunk_frames=chunk_frames,
                                     first_chunk_frames=first_chunk_frames)
         self.out = StepOutput()

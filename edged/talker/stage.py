@@ -7,10 +7,12 @@ the later groups' heads propose), the frame is published on the codec port, and 
 decodes one step from the frame's codec-embedding sum plus the next text-track row, sampling the
 next code 0. Sampling runs
 inside the graphs; only codes cross to the host. Every buffer is claimed in `preallocate()`, each
-with the dtype its graph declares; the step path runs bound plans and copies rows. The KV cache and
-the new K/V rows are the backend's device buffers (`Backend.device_empty`): rows move into the cache
-by `Backend.copy`, never through the host. The family (`edged.families`) supplies the prompt layout
-and the special ids; nothing here names a family.
+with the dtype its graph declares; the step path runs bound plans. The KV caches, the new K/V rows
+and the code predictor's stacked heads are the backend's device buffers (`Backend.device_empty`,
+`device_from`): each plan that makes K/V rows carries an `Append` that writes them into the cache at
+each member's position when it runs (on TensorRT one kernel launch inside the plan's CUDA graph),
+never through the host. The family (`edged.families`) supplies the prompt layout and the special
+ids; nothing here names a family.
 
 One talker graph does both (it holds the weights once): a decode plan binds n members x 1 new row
 over the cache, attending only its first L slots (plans are bound per span L = 64, 128, ...,
@@ -19,6 +21,10 @@ nothing until it is used); a prefill plan binds 1 member x the prompt's rows at 
 one-slot cache that the graph's mask hides. Every bound view starts on a 256-byte boundary: batched plans
 bind rows 0..n-1 from the start of each buffer, and the prefill (one request in any slot) binds
 buffers of its own, whose results are copied into the slot's rows.
+
+CUDA graphs (TensorRT) are captured at boot for the plans the configuration runs: every decode and
+vocoder plan, and the code-predictor passes of its default verify window (`graph_window`); the
+passes and drafts of other windows are bound too, and enqueued when a request asks for them.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from enum import Enum
 import numpy as np
 
 from edged.artifact import Artifact
-from edged.backends import Backend, Plan
+from edged.backends import Append, Backend, Plan, Rows
 from edged.core.port import CodecPort
 from edged.families import Talking
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
@@ -100,8 +106,9 @@ def buckets(max_seq: int) -> list[int]:
 
 class TalkerStage:
     def __init__(self, artifact: Artifact, backend: Backend, talking: Talking, tables: dict[str, np.ndarray],
-                 port: CodecPort):
+                 port: CodecPort, *, graph_window: int = 0):
         self.artifact = artifact
+        self.graph_window = graph_window
         self.backend = backend
         self.port = port
         self.layout = talking.layout
@@ -136,6 +143,7 @@ class TalkerStage:
         self.no_values = dev((1, d.kv_heads, 1, d.head_dim), pre("past_values_0"))
         self.prefill_rows = e((s, h), pre("inputs_embeds"))
         self.prefill_position = e((1,), pre("positions"))  # always 0
+        self.prefill_slot = e((1,), np.int64)  # where the prefill's K/V rows go
         self.track = e((b, s, h), dec("inputs_embeds"))
         self.inputs_embeds = e((b, h), dec("inputs_embeds"))
         self.positions = e((b,), dec("positions"))
@@ -157,6 +165,7 @@ class TalkerStage:
                            for name in ("seen", "repetition_penalty", "allow_eos", "temperature", "top_k", "top_p",
                                         "noise", "hidden", "code0")}
         self.stepping = np.zeros(b, dtype=bool)
+        self.appending = e((b,), np.uint8)  # the rows whose decoded K/V row joins the cache
         self.slots = e((s,), dec("slots"))  # only its bound length is read: the cache slots a plan attends
         self.buckets = buckets(s)
         self.decode_plans = [{length: self._decode_plan(n, length) for length in self.buckets} for n in range(1, b + 1)]
@@ -166,7 +175,8 @@ class TalkerStage:
         scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
                                          self.no_keys, self.no_values,
                                          *(x for keys, values in self.cp_new.values() for x in (*keys, *values))))
-        io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.seen, self.repetition_penalty,
+        io = sum(x.nbytes for x in (self.inputs_embeds, self.positions, self.prefill_slot, self.appending, self.seen,
+                                    self.repetition_penalty,
                                     self.allow_eos, self.temperature, self.top_k, self.top_p, self.noise,
                                     self.hidden, self.code0, self.cp_temperature, self.cp_top_k, self.cp_top_p,
                                     *self._predictor_io(), self.codes, self.codec_sum, self.cp_row,
@@ -191,7 +201,15 @@ class TalkerStage:
         for i in range(self.artifact.dims.layers):
             binds |= {f"past_keys_{i}": self.keys[i][rows], f"past_values_{i}": self.values[i][rows],
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
-        return self.engine.plan(binds)
+        append = Append(self._kv_rows(self.keys, self.values, self.new_keys, self.new_values, rows), self.positions,
+                        active=self.appending)
+        return self.engine.plan(binds, append=append)
+
+    @staticmethod
+    def _kv_rows(keys, values, new_keys, new_values, rows: slice) -> tuple[Rows, ...]:
+        """Each layer's new key columns [n, Hkv, D, T] and value rows [n, Hkv, T, D] into its cache."""
+        return tuple(r for k, v, nk, nv in zip(keys, values, new_keys, new_values)
+                     for r in (Rows(k, nk[rows], 3), Rows(v, nv[rows], 2)))
 
     def decode_plan(self, n: int, length: int) -> Plan:
         """The decode plan of members 0..n-1 whose positions are all below `length`: the smallest
@@ -206,8 +224,8 @@ class TalkerStage:
         cp, dr = self.cp_engine.dtype, self.draft_engine.dtype
         e, dev = self.backend.empty, self.backend.device_empty
         heads = self.tables.pop("cp_heads")  # [G-1, Hc, Vc]: held once, in the bound buffer
-        self.cp_heads = e(heads.shape, cp("heads"))
-        np.copyto(self.cp_heads, heads)
+        # device memory: every pass reads its heads, and the GPU reads pinned host memory uncached
+        self.cp_heads = self.backend.device_from(heads.astype(cp("heads"), copy=False))
         self.cp_table = self.tables["cp_codec_embedding"]  # [G-1, Vc, H]
         hc, sizes = heads.shape[1], range(1, MAX_WINDOW + 1)
         self.cp_rows = {t: e((b, t, h), cp("inputs_embeds")) for t in sizes}
@@ -257,7 +275,10 @@ class TalkerStage:
         for i in range(len(self.cp_keys)):
             binds |= {f"past_keys_{i}": self.cp_keys[i][rows], f"past_values_{i}": self.cp_values[i][rows],
                       f"new_keys_{i}": new_keys[i][rows], f"new_values_{i}": new_values[i][rows]}
-        return self.cp_engine.plan(binds)
+        # all T rows join the cache: rows past the accepted drafts sit beyond the next pass's position,
+        # masked, and are written over
+        append = Append(self._kv_rows(self.cp_keys, self.cp_values, new_keys, new_values, rows), self.cp_positions)
+        return self.cp_engine.plan(binds, graph=head == 0 or t == 1 or t <= self.graph_window, append=append)
 
     @property
     def predictor_plans(self) -> list[Plan]:
@@ -271,7 +292,8 @@ class TalkerStage:
         return {(h, k): self.draft_engine.plan({
                     "hidden": self.draft_hidden[rows], "heads": self.cp_heads[h:h + k],
                     "temperature": self.cp_temperature[rows], "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows],
-                    "noise": self.draft_noise[k][rows], "drafts": self.drafts[k][rows], "draft_probs": self.draft_probs[k][rows]})
+                    "noise": self.draft_noise[k][rows], "drafts": self.drafts[k][rows], "draft_probs": self.draft_probs[k][rows]},
+                    graph=k < self.graph_window)
                 for h in range(1, last + 1) for k in range(1, min(MAX_WINDOW - 1, last - h) + 1)}
 
     # ---------------------------------------------------------------------------------- requests
@@ -334,21 +356,17 @@ class TalkerStage:
         return m
 
     def prefill(self, slot: int, t: int) -> None:
-        """Run the prefill over prefill_rows[:t] with the slot's sampling inputs: the slot's KV rows,
-        hidden and code 0. (The prefill binds buffers of its own: a slot's row of a per-slot scalar is
-        not 256-byte aligned.)"""
+        """Run the prefill over prefill_rows[:t] with the slot's sampling inputs: the slot's KV rows
+        (appended by the plan), hidden and code 0. (The prefill binds buffers of its own: a slot's row
+        of a per-slot scalar is not 256-byte aligned.)"""
         io = self.prefill_io
         for name, buf in self.decode_buffers.items():
             if name not in ("hidden", "code0"):
                 io[name][0] = buf[slot]
+        self.prefill_slot[0] = slot
         self._prefill_plan(t).run()
         self.hidden[slot] = io["hidden"][0]
         self.code0[slot] = io["code0"][0]
-        d, copy = self.artifact.dims, self.backend.copy
-        n = d.kv_heads * d.head_dim * t
-        for i in range(d.layers):
-            copy(self.keys[i][slot, :, :, :t], self.prefill_keys[i][:n].reshape(d.kv_heads, d.head_dim, t))
-            copy(self.values[i][slot, :, :t], self.prefill_values[i][:n].reshape(d.kv_heads, t, d.head_dim))
 
     def _prefill_plan(self, t: int) -> Plan:
         plans = self.prefill_plans
@@ -364,11 +382,14 @@ class TalkerStage:
         d = self.artifact.dims
         binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), "positions": self.prefill_position,
                  "slots": self.slots[:1], **self.prefill_io}
+        new_keys, new_values = [], []
         for i in range(d.layers):
             binds[f"past_keys_{i}"], binds[f"past_values_{i}"] = self.no_keys, self.no_values
-            binds[f"new_keys_{i}"] = self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t)
-            binds[f"new_values_{i}"] = self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim)
-        return self.engine.plan(binds, repeated=False)
+            new_keys.append(self.prefill_keys[i][: d.kv_heads * d.head_dim * t].reshape(1, d.kv_heads, d.head_dim, t))
+            new_values.append(self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim))
+            binds[f"new_keys_{i}"], binds[f"new_values_{i}"] = new_keys[i], new_values[i]
+        rows = self._kv_rows(self.keys, self.values, new_keys, new_values, slice(0, 1))
+        return self.engine.plan(binds, repeated=False, append=Append(rows, self.prefill_position, self.prefill_slot))
 
     def extend_text(self, m: Member, ids: list[int], final: bool) -> None:
         """A stream's newly committed ids onto the member's track (and its end row when `final`)."""
@@ -399,13 +420,13 @@ class TalkerStage:
         self._hold(members, n)
         self.predict(n, min(m.window for m in members), members)  # groups 1..G-1 for every pending code 0
         talking = [m for m in members if self._publish(m)]
+        self.appending[:n] = 0
         for m in talking:
             self._feed(m)
         if talking:
-            self.decode_plan(n, max(m.position for m in talking) + 1).run()  # next code 0 for those talking
+            self.decode_plan(n, max(m.position for m in talking) + 1).run()  # next code 0 (and K/V rows) of those talking
         self._restore(n)
         for m in talking:
-            self.commit_kv(m.slot, m.position)
             m.position += 1
             self._commit_code0(m)
         elapsed = (time.perf_counter() - t0) * 1e3
@@ -434,7 +455,6 @@ class TalkerStage:
         while True:
             k = self._agreed(n, verified)
             self._commit_groups(members, n, head, k, verified)
-            self._commit_cp(n, position, t - verified + 1 + k, t)
             position, head = position + t - verified + 1 + k, head + k + 1
             if head > last:
                 return
@@ -481,19 +501,6 @@ class TalkerStage:
         self.cp_drafts[drafts + 1][:n, :drafts] = self.drafts[drafts][:n]
         self.backend.copy(self.cp_draft_probs[drafts + 1][:n, :drafts], self.draft_probs[drafts][:n])
 
-    def _commit_cp(self, n: int, position: int, t: int, rows: int) -> None:
-        """The first t of a pass's `rows` new K/V rows into the predictor's cache at `position` (on the
-        device, in order): every member's rows share the position, so one 2-D copy per layer and side
-        moves them all."""
-        copy = self.backend.copy
-        new_keys, new_values = self.cp_new[rows]
-        for keys, values, new_k, new_v in zip(self.cp_keys, self.cp_values, new_keys, new_values):
-            heads, dim = values.shape[1], values.shape[3]
-            copy(keys.reshape(-1, keys.shape[3])[: n * heads * dim, position:position + t],
-                 new_k.reshape(-1, rows)[: n * heads * dim, :t])
-            copy(values.reshape(-1, values.shape[2] * dim)[: n * heads, position * dim:(position + t) * dim],
-                 new_v.reshape(-1, rows * dim)[: n * heads, : t * dim])
-
     def _hold(self, members: list[Member], n: int) -> None:
         """The batched plans run rows 0..n-1: keep the pending code 0 and hidden of every row that
         does not step (a paused member's code 0 is already `seen`; decoding it again could change it)."""
@@ -528,16 +535,9 @@ class TalkerStage:
         text = self.track[m.slot, k] if k < m.track_len else self.pad_row
         np.add(self.codec_sum[m.slot], text, out=self.inputs_embeds[m.slot])
         self.positions[m.slot] = m.position
+        self.appending[m.slot] = 1
         self.allow_eos[m.slot] = m.decisions >= self.eos_blocked_decisions
         self._fill_noise(m)
-
-    def commit_kv(self, slot: int, position: int) -> None:
-        """Append the decode's new K/V row of `slot` to the cache at `position` (on the device, in order
-        with the engines: the host never touches the cache)."""
-        copy = self.backend.copy
-        for keys, values, new_k, new_v in zip(self.keys, self.values, self.new_keys, self.new_values):
-            copy(keys[slot, :, :, position], new_k[slot, :, :, 0])
-            copy(values[slot, :, position], new_v[slot, :, 0])
 
     def _commit_code0(self, m: Member) -> None:
         code0 = self.code0[m.slot]

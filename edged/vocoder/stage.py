@@ -101,6 +101,7 @@ class VocoderStage:
             for state, stage, value in zip(self.states[0], self.primed_stage, primed, strict=True):
                 np.copyto(stage, value)  # into a buffer of this backend, then where the engine reads it
                 self.backend.copy(state[slot], stage)
+            self.backend.sync()  # the copies have read the stage before the next prepare writes it
             self.offset[slot] = len(prime)
             return
         for state in self.states[0]:

@@ -232,8 +232,8 @@ def unloadable(art: Path) -> str | None:
 
 class BareLoop:
     """The core's bound plans and kernels driven back to back, greedy, a fixed number of frames:
-    prefill, then per frame the code predictor, the frame onto the port, the talker decode and its
-    K/V row writes, and the vocoder windows that are ready."""
+    prefill, then per frame the code predictor, the frame onto the port, the talker decode (its K/V
+    rows appended by the plan), and the vocoder windows that are ready."""
 
     def __init__(self, core: Core):
         a = self.artifact = core.artifact
@@ -281,10 +281,10 @@ class BareLoop:
                     text = t.track[slot, f] if f < self.track_lens[slot] else t.pad_row
                     np.add(t.codec_sum[slot], text, out=t.inputs_embeds[slot])
                 t.positions[:n] = positions
+                t.appending[:n] = 1  # every row's K/V row joins the cache (the decode plan's append)
                 t.allow_eos[:n] = f + 2 > t.eos_blocked_decisions  # decision f + 1 of the stream
                 t.decode_plan(n, max(positions) + 1).run()
                 for slot in slots:
-                    t.commit_kv(slot, positions[slot])
                     positions[slot] += 1
                     t.seen[slot, t.code0[slot]] = 1
             else:

@@ -1,21 +1,58 @@
 """Backend conformance: what every Engine backend must do, run against the built-in artifact.
 
-Here on ONNX Runtime; on a device, scripts/validate_jetson.sh runs the same file with
-EDGED_TEST_BACKEND=tensorrt against plans built from the same ONNX graphs.
+Each test runs on the backend under test (ONNX Runtime here; on a device, scripts/validate_jetson.sh
+runs this file with EDGED_TEST_BACKEND=tensorrt against plans built from the same ONNX graphs) and on
+the TensorRT backend over the doubles of TensorRT 10.3, pycuda and the CUDA driver
+(tests/support/fake_trt.py), whose streams are asynchronous: a result is read after `run()` or
+`sync()`.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import numpy as np
 import pytest
+from support import fake_trt
 
 from edged.artifact import load_artifact
-from edged.backends import EngineError
+from edged.backends import Append, EngineError, Rows, make_backend
+
+
+@pytest.fixture(scope="module", params=["under test", "tensorrt double"])
+def target(request, builtin_artifact, tmp_path_factory):
+    """(backend, artifact directory): the backend under test, or the TensorRT backend on the doubles
+    with plans built for a copy of the artifact."""
+    if request.param == "under test":
+        backend = make_backend(os.environ.get("EDGED_TEST_BACKEND", "onnxruntime"), threads=1)
+        yield backend, builtin_artifact
+        backend.close()
+        return
+    if os.environ.get("EDGED_TEST_BACKEND"):
+        pytest.skip("on a device the backend under test is the real TensorRT")
+    with pytest.MonkeyPatch.context() as patch:
+        fake_trt.install(patch)
+        from edged.backends.tensorrt import TrtBackend
+        from engines.tensorrt import build_plans
+
+        art = tmp_path_factory.mktemp("conformance") / "art"
+        shutil.copytree(builtin_artifact, art)
+        build_plans(art)
+        backend = TrtBackend()
+        backend.load(load_artifact(art).file("code_predictor"))  # the kernels come with the first engine
+        yield backend, art
+        backend.close()
 
 
 @pytest.fixture(scope="module")
-def artifact(builtin_artifact):
-    return load_artifact(builtin_artifact)
+def backend(target):
+    return target[0]
+
+
+@pytest.fixture(scope="module")
+def artifact(target):
+    return load_artifact(target[1])
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +165,10 @@ def test_dynamic_prefill_length(artifact, backend):
 
 
 def test_copy_and_zero_move_rows_in_and_out_of_device_buffers(backend):
-    """What the talker and the vocoder do with the KV cache and the state, which on TensorRT are device
-    memory the host never touches: a K column and a V row appended, a prefill block copied in, a
-    buffer zeroed; read back through `copy` into host buffers."""
+    """What the vocoder does with its state, and what `copy` promises for any 2-D copy (the code
+    predictor's drafts), on buffers that on TensorRT are device memory the host never touches: a K
+    column and a V row written, a block copied in, a buffer zeroed; read back through `copy` into host
+    buffers once `sync()` says the copies ran."""
     rng = np.random.default_rng(3)
     keys, values = backend.device_empty((2, 3, 8, 16), np.float32), backend.device_empty((2, 3, 16, 8), np.float32)
     new_k, new_v = backend.empty((2, 3, 8, 1), np.float32), backend.empty((2, 3, 1, 8), np.float32)
@@ -144,11 +182,46 @@ def test_copy_and_zero_move_rows_in_and_out_of_device_buffers(backend):
     got_k, got_v = backend.empty(keys.shape, np.float32), backend.empty(values.shape, np.float32)
     backend.copy(got_k, keys)
     backend.copy(got_v, values)
+    backend.sync()
     assert np.array_equal(got_k, want_k) and np.array_equal(got_v, want_v)
     backend.zero(keys)
     backend.copy(got_k, keys)
+    backend.sync()
     assert not got_k.any()
     with pytest.raises(EngineError, match=r"copy: \[3, 4, 4\] with strides .* is not a 2-D copy"):
         backend.copy(keys[0, :, :4, :4], block[:48].reshape(3, 4, 4))
     with pytest.raises(EngineError, match=r"copy: float32\[3, 8\] into float32\[3, 4\]"):
         backend.copy(keys[0, :, :4, 0], new_k[1, :, :, 0])
+
+
+def test_a_plan_appends_its_rows_at_each_members_position(artifact, backend, predictor):
+    """A plan's `Append`: after the engine runs, each active member's new K and V rows are in its
+    cache at that member's own position (a member not active keeps its cache; the other members'
+    slots are untouched): what a decode step does with the talker's cache, on the device."""
+    bufs = _predictor_buffers(artifact, backend, 2, seed=4)
+    caches, rows = [], []
+    for name in sorted(n for n in bufs if n.startswith("new_")):
+        out = bufs[name] = backend.device_empty(bufs[name].shape, np.float32)
+        axis = 3 if name.startswith("new_keys") else 2
+        shape = list(out.shape)
+        shape[0], shape[axis] = 3, 6  # three members' caches of six slots
+        caches.append(backend.device_empty(tuple(shape), np.float32))
+        rows.append(Rows(caches[-1], out, axis))
+    positions, active = backend.empty((2,), np.int64), backend.empty((2,), np.uint8)
+    positions[:], active[:] = (4, 1), (1, 1)
+    plan = predictor.plan(bufs, repeated=False, append=Append(tuple(rows), positions, active=active))
+    plan.run()
+    active[:] = (0, 1)
+    positions[:] = (0, 2)
+    plan.run()  # member 0 is not active: its rows at 0 stay unwritten
+    for r in rows:
+        got, new = backend.empty(r.cache.shape, np.float32), backend.empty(r.rows.shape, np.float32)
+        backend.copy(got, r.cache)
+        backend.copy(new, r.rows)
+        backend.sync()
+        want = np.zeros(r.cache.shape, np.float32)
+        t = r.rows.shape[r.axis]
+        for m, position in ((0, 4), (1, 1), (1, 2)):
+            index = (m,) + (slice(None),) * (r.axis - 1) + (slice(position, position + t),)
+            want[index] = new[m]
+        assert np.array_equal(got, want)

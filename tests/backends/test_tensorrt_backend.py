@@ -1,9 +1,12 @@
-"""The TensorRT backend's own code, run in CI against test doubles of `tensorrt` and `pycuda` that keep
-their documented contracts (tests/support/fake_trt.py): plans built by `edged-engines plans` and
-stamped; a stale plan refused with how to rebuild it; every shape and address checked (a refusal
-names the tensor); the CUDA context pushed once and popped on close; and the backend synthesizing,
-through its mapped buffers, exactly what the ONNX Runtime backend does. What this cannot show (real
-kernels, fp16, speed on an Orin) is for scripts/validate_jetson.sh on a device.
+"""The TensorRT backend's own code, run in CI against test doubles of `tensorrt`, `pycuda` and the
+CUDA driver that keep their documented contracts and refuse what they refuse (tests/support/fake_trt.py,
+fake_cuda.py: asynchronous streams, device memory the host cannot touch, TensorRT 10.3's builder
+and runtime rules): plans built by `edged-engines plans` and stamped; a stale plan refused with how to
+rebuild it; every shape and address checked (a refusal names the tensor); one activation block for
+every context; K/V appends inside the steps' CUDA graphs; the CUDA context pushed once and popped on
+close; and the backend synthesizing, through its mapped buffers, exactly what the ONNX Runtime backend
+does. What this cannot show (real kernels, fp16 and INT4 numerics, memory sizes and speed on an Orin)
+is for scripts/validate_jetson.sh on a device.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
-from support import fake_trt
+from support import fake_cuda, fake_trt
 
 from edged.artifact import load_artifact
 from edged.backends import EngineError
@@ -101,17 +106,25 @@ def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifa
     assert executions[:2] == [[1], [1]] and executions[2][0] >= -(-len(voice.ref_codes) // 4), executions
 
 
-def test_close_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
+def engine_of(plan: Path):
+    """What the double built into a plan (its build facts: strongly typed, TF32, fp32 INT4 products)."""
+    return fake_trt.Runtime(fake_trt.Logger()).deserialize_cuda_engine(plan.read_bytes().partition(b"\n")[2])
+
+
+def test_close_waits_for_the_stream_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
     backend = trt.TrtBackend()
     engine = backend.load(load_artifact(artifact).file("code_predictor"))
     buf = backend.empty((4, 8), np.float32)
     allocation = buf.base
     device = backend.device_empty((4, 8), np.float32)
     device_allocation = backend.device_memory[0]
+    backend.claim_activations()
+    activations = backend.activations
+    backend.copy(device, buf)  # still pending: close() waits for it before freeing what it uses
     backend.close()
     assert fake_trt.stack_depth() == 0 and backend.cuda_context.detached
     assert not engine.profiles and engine.engine is None and allocation.freed and not backend.buffers
-    assert device_allocation.freed and not backend.device_memory and device.nbytes == 128
+    assert device_allocation.freed and not backend.device_memory and device.nbytes == 128 and activations.freed
     backend.close()  # idempotent: no second pop
     assert fake_trt.stack_depth() == 0
 
@@ -129,7 +142,8 @@ def test_a_stale_plan_is_refused_with_how_to_rebuild(trt, artifact, monkeypatch)
         head, _, engine = plan.read_bytes().partition(b"\n")
         header = json.loads(head) | {"tensorrt": "10.4.0", "onnx_sha256": "0" * 64}
         plan.write_bytes(json.dumps(header).encode() + b"\n" + engine)
-        with pytest.raises(EngineError, match=r"vocoder\.plan: built from another vocoder\.onnx than the artifact's"):
+        with pytest.raises(EngineError, match=r"vocoder\.plan: built from another vocoder\.onnx \(or its external "
+                                              r"data\) than the artifact's"):
             backend.load(onnx_path)
         plan.write_bytes(b"a plan from somewhere else")
         with pytest.raises(EngineError, match=r"vocoder\.plan: not a plan written by edged-engines plans"):
@@ -137,6 +151,28 @@ def test_a_stale_plan_is_refused_with_how_to_rebuild(trt, artifact, monkeypatch)
         plan.unlink()
         with pytest.raises(EngineError, match=r"vocoder\.plan: no TensorRT plan"):
             backend.load(onnx_path)
+    finally:
+        backend.close()
+
+
+def test_the_stamp_covers_the_graphs_external_weight_data(trt, builtin_artifact, tmp_path):
+    """A graph whose weights live in `<graph>.onnx.data` (every real-size talker): a plan built from
+    other weights than the artifact's now holds is refused, though the .onnx file itself is the same."""
+    from engines.tensorrt import build_plans
+
+    art = tmp_path / "art"
+    shutil.copytree(builtin_artifact, art)
+    vocoder = art / "vocoder.onnx"
+    onnx.save_model(onnx.load(str(vocoder)), str(vocoder), save_as_external_data=True, location="vocoder.onnx.data")
+    build_plans(art)
+    backend = trt.TrtBackend()
+    try:
+        backend.load(vocoder)
+        data = bytearray((art / "vocoder.onnx.data").read_bytes())
+        data[len(data) // 2] ^= 0x40  # other weights, same size, same .onnx
+        (art / "vocoder.onnx.data").write_bytes(bytes(data))
+        with pytest.raises(EngineError, match=r"vocoder\.plan: built from another vocoder\.onnx \(or its external data"):
+            backend.load(vocoder)
     finally:
         backend.close()
 
@@ -168,101 +204,266 @@ def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
         backend.close()
 
 
-def test_state_lives_in_device_memory_and_steps_replay_cuda_graphs(trt, artifact):
-    """The KV cache, the new K/V rows and the vocoder state are device memory (the double maps it
-    PROT_NONE, so a host read or write would have crashed the synthesis above); every step plan was
-    captured at boot as a CUDA graph and steps launch graphs; a prefill plan is enqueued, not captured."""
+def test_state_and_the_predictor_heads_live_in_device_memory(trt, artifact):
+    """The KV caches, the new K/V rows, the vocoder state and the code predictor's stacked heads (read
+    by every pass: uncached if pinned) are device memory, which the double maps PROT_NONE, so a host
+    read or write of them would have crashed the synthesis above; the small per-step I/O is pinned."""
     a = load_artifact(artifact)
     backend = trt.TrtBackend()
     try:
         synth = Synthesizer(a, backend)
         talker, vocoder = synth.core.talker, synth.core.vocoder
         device = [*talker.keys, *talker.values, *talker.new_keys, *talker.new_values, *talker.prefill_keys,
-                  *talker.prefill_values, *talker.cp_keys, *talker.cp_values,
+                  *talker.prefill_values, *talker.cp_keys, *talker.cp_values, talker.cp_heads,
                   *(x for keys, values in talker.cp_new.values() for x in (*keys, *values)),
                   *talker.cp_hidden.values(), *talker.cp_draft_probs.values(), *talker.draft_probs.values(),
                   talker.draft_hidden,
                   *(x for side in vocoder.states for state in side for x in state)]
-        assert all(isinstance(trt._allocation(x)[0], ctypes.Array) for x in device)
-        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_codes[1], talker.cp_heads,
-                *vocoder.pcm]
-        assert not any(isinstance(trt._allocation(x)[0], ctypes.Array) for x in host)
-        step_plans = [*(p for plans in talker.decode_plans for p in plans.values()),
-                      *talker.predictor_plans,
-                      *vocoder.plans.values()]
-        assert all(p._graph is not None for p in step_plans)
-        assert talker._prefill_plan(9)._graph is None
-        libcuda = sys.modules["edged.backends.cuda_graph"].driver()
-        before = libcuda.launches
-        synth.synthesize([SpeechRequest("g", "Graphs replayed per step.", sampling=Sampling.greedy(), max_frames=10)])
-        passes = a.dims.code_groups - 1
-        assert libcuda.launches - before >= (passes + 1) * 10  # code-predictor passes and a decode per frame
+        assert all(isinstance(trt._allocation(x)[0], ctypes.Array) and not hasattr(trt._allocation(x)[0],
+                                                                                   "get_device_pointer")
+                   for x in device)
+        host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_codes[1], talker.positions,
+                talker.appending, *vocoder.pcm]
+        assert all(hasattr(trt._allocation(x)[0], "get_device_pointer") for x in host)
     finally:
         backend.close()
-    assert not libcuda.execs and not libcuda.graphs  # every graph destroyed on close
 
 
-def test_a_failed_capture_is_logged_and_the_plan_enqueued(trt, artifact, backend, caplog):
-    libcuda = sys.modules["edged.backends.cuda_graph"].driver()
-    libcuda.cuStreamBeginCapture_v2 = lambda stream, mode: 900
+def test_kv_appends_ride_inside_the_steps_cuda_graphs(trt, artifact):
+    """A step of a cohort of 4 puts one graph launch per plan on the stream: the decode (its K/V append
+    for every layer and member inside the graph) and the code predictor's passes (theirs inside too);
+    no copy. Before, every layer's K and V of every member was a 2-D copy of its own (2 x layers x
+    members per step, here 16; 370 at the real sizes). The backend's own count is the stream's."""
+    from edged.core import Core
+
+    a = load_artifact(artifact)
+    backend = trt.TrtBackend()
+    try:
+        core = Core(a, backend)
+        core.preallocate()
+        members = [core.prepare(SpeechRequest(f"m{i}", f"Member {i} of the cohort.", sampling=Sampling.greedy()), i)
+                   for i in range(a.max_batch)]
+        appends = [p._append for plans in core.talker.decode_plans for p in plans.values()]
+        assert all(p is not None for p in appends)
+        stream, launches = backend.stream, backend.launches
+        before, graphs = stream.operations, sys.modules["edged.backends.cuda_graph"].driver().launches
+        steps = 5
+        for _ in range(steps):
+            core.talker.step_cohort(members)
+        passes = a.dims.code_groups - 1
+        assert stream.operations - before == steps * (1 + passes) == backend.launches - launches
+        assert sys.modules["edged.backends.cuda_graph"].driver().launches - graphs == steps * (1 + passes)
+    finally:
+        backend.close()
+
+
+def test_a_failed_capture_is_ended_cleaned_up_and_the_plan_enqueued(trt, artifact, backend, caplog):
+    """An engine that cannot be captured (trtexec: "may contain operations that are not permitted under
+    CUDA graph capture mode"): its capture is ended, nothing it made is kept, the CUDA runtime's error
+    is cleared (else TensorRT's next enqueue reports it and fails), and its plans are enqueued; a graph
+    that fails to instantiate is destroyed. Either way the synthesis is ONNX Runtime's."""
     request = [SpeechRequest("f", "No graphs today.", sampling=Sampling.greedy(), max_frames=12)]
     want = Synthesizer(load_artifact(artifact), backend).synthesize(request)[0]
+    libcuda = sys.modules["edged.backends.cuda_graph"].driver()
+    fake_trt.CAPTURE_UNSAFE.add("code_predictor.onnx")
     trt_backend = trt.TrtBackend()
     try:
         with caplog.at_level("WARNING", logger="edged.tensorrt"):
-            got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(request)[0]
+            synth = Synthesizer(load_artifact(artifact), trt_backend)
+            got = synth.synthesize(request)[0]
+        verify = synth.core.talker.verify_plans[0][0, 2]
+        assert verify._graph is None and synth.core.talker.decode_plans[0][64]._graph is not None
+        assert not libcuda.graphs and fake_cuda.RUNTIME.peek() == 0 and trt_backend.stream.captured is None
     finally:
         trt_backend.close()
     assert np.array_equal(want.frames, got.frames)
-    assert "no CUDA graph for a plan (cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900))" \
-        in caplog.text
-
-
-def test_the_host_cannot_touch_device_memory():
-    """The double's device memory is what the device's is to the host: touching it kills the process."""
-    code = ("import sys; sys.path.insert(0, 'tests/support'); import fake_trt, numpy as np, ctypes\n"
-            "a = fake_trt.mem_alloc(4096)\n"
-            "x = np.frombuffer((ctypes.c_byte * 4096).from_address(int(a)), dtype=np.uint8)\n"
-            "fake_trt.memset_d8(int(a), 7, 4096)\n"
-            "print('memset ok', flush=True)\n"
-            "print(int(x[0]))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.stdout == "memset ok\n" and done.returncode == -signal.SIGSEGV, (done.stdout, done.stderr)
-
-
-def test_the_doubles_keep_the_contracts(trt, artifact):
-    """What the real libraries do, the doubles do: refuse misaligned addresses and shapes outside the
-    profile, run nothing with a tensor unbound or without a current context, and count pushes."""
-    runtime = fake_trt.Runtime(fake_trt.Logger())
-    _, engine_bytes = json.loads("{}"), load_artifact(artifact).file("code_predictor").with_suffix(".plan").read_bytes()
-    engine = runtime.deserialize_cuda_engine(engine_bytes.partition(b"\n")[2])
-    ctx = engine.create_execution_context()
-    assert ctx.set_tensor_address("positions", 256 * 7) and not ctx.set_tensor_address("positions", 256 * 7 + 8)
-    assert ctx.set_input_shape("inputs_embeds", (2, 1, 64)) and not ctx.set_input_shape("inputs_embeds", (5, 1, 64))
-    assert not ctx.set_input_shape("inputs_embeds", (2, 1, 65)) and not ctx.set_input_shape("inputs_embeds", (2, 4, 64))
-    assert "positions" in ctx.infer_shapes()
-    assert not ctx.execute_async_v3(0)  # no current context, unset tensors
-    assert engine.num_optimization_profiles == 1 and not ctx.set_optimization_profile_async(1, 0)
-    stream, graph = fake_trt.Stream(), ctypes.c_void_p()
-    fake_trt.Context().push()
+    assert "no CUDA graph for a plan (code_predictor.onnx: execute_async_v3 failed)" in caplog.text
+    fake_trt.CAPTURE_UNSAFE.clear()
+    libcuda.fail_instantiate = True
+    trt_backend = trt.TrtBackend()
     try:
-        for name in ctx.infer_shapes():
-            shape = engine.get_tensor_profile_shape(name, 0)[2]  # the profile's largest, with 2 members
-            shape[0] = 2 if engine.get_tensor_shape(name)[0] < 0 else shape[0]
-            assert ctx.set_input_shape(name, shape)
-        for i in range(engine.num_io_tensors):
-            assert ctx.set_tensor_address(engine.get_tensor_name(i), 256 * (i + 1))
-        libcuda = fake_trt.Driver()
-        assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream.handle), 1) == 0
-        assert not ctx.execute_async_v3(stream.handle)  # never enqueued with these bindings: no capture
-        with pytest.raises(RuntimeError, match="STREAM_CAPTURE_UNSUPPORTED"):
-            stream.synchronize()
-        assert libcuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(graph)) == 0
-        assert libcuda.graphs[graph.value] == []
+        got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(request)[0]
+        assert trt_backend.graphs() == 0 and not libcuda.graphs and not libcuda.execs
     finally:
-        fake_trt.Context.pop()
-    with pytest.raises(RuntimeError, match="no current context"):
-        fake_trt.Context.pop()
+        trt_backend.close()
+    assert np.array_equal(want.frames, got.frames)
+
+
+@pytest.mark.parametrize("touch", ["device", "freed pinned"])
+def test_the_host_cannot_touch_device_or_freed_memory(touch):
+    """The double's device memory is what the device's is to the host, and a freed page-locked buffer
+    is unmapped (cuMemFreeHost): touching either kills the process."""
+    make = {"device": "a = fake_cuda.mem_alloc(4096)\n"
+                      "x = np.frombuffer((ctypes.c_byte * 4096).from_address(int(a)), dtype=np.uint8)\n"
+                      "fake_cuda.memset_d8(int(a), 7, 4096)\n",
+            "freed pinned": "x = fake_cuda.pagelocked_zeros((4096,), np.uint8, mem_flags=2)\n"
+                            "x[0] = 7\n"
+                            "x.base.free()\n"}[touch]
+    code = ("import sys; sys.path.insert(0, 'tests'); from support import fake_cuda; import numpy as np, ctypes\n"
+            + make + "print('made', flush=True)\nprint(int(x[0]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.stdout == "made\n" and done.returncode == -signal.SIGSEGV, (done.stdout, done.stderr)
+
+
+def test_the_cuda_double_keeps_cudas_promises(trt):
+    """Streams are asynchronous (a pending destination reads as garbage until synchronize); a 2-D copy
+    takes only pitches a pitched allocation computed; a pinned buffer has a device pointer only with
+    DEVICEMAP; memory a pending operation uses cannot be freed; a capture refuses potentially unsafe
+    calls and is invalidated by them; the legacy stream cannot be captured."""
+    cuda = fake_cuda
+    context = cuda.Context()
+    context.push()
+    try:
+        stream = cuda.Stream()
+        src = cuda.pagelocked_zeros((64,), np.float32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
+        dst = cuda.pagelocked_zeros((64,), np.float32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
+        src[:] = np.arange(64)
+        cuda.memcpy_dtod_async(dst.base.get_device_pointer(), src.base.get_device_pointer(), 256, stream)
+        assert np.isnan(dst).all()  # pending: what the host reads is not the result
+        with pytest.raises(cuda.LogicError, match="still uses was released before the stream synchronized"):
+            src.base.free()
+        stream.synchronize()
+        assert np.array_equal(dst, np.arange(64))
+        with pytest.raises(cuda.LogicError, match="not allocated with CU_MEMHOSTALLOC_DEVICEMAP"):
+            cuda.pagelocked_zeros((4,), np.float32).base.get_device_pointer()
+        copy = cuda.Memcpy2D()
+        device = cuda.mem_alloc(4096)
+        copy.set_src_device(int(device))
+        copy.set_dst_device(int(device) + 2048)
+        copy.width_in_bytes, copy.height, copy.src_pitch, copy.dst_pitch = 16, 4, 64, 64
+        with pytest.raises(cuda.LogicError, match="pitch 64 was not computed by cuMemAllocPitch"):
+            copy(stream)
+        pitched, pitch = cuda.mem_alloc_pitch(100, 8, 4)
+        copy.set_src_device(int(pitched))
+        copy.set_dst_device(int(pitched) + 4 * pitch)
+        copy.src_pitch = copy.dst_pitch = pitch
+        copy(stream)
+        libcuda, graph = cuda.Driver(), ctypes.c_void_p()
+        assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(0), 1) == cuda.CUDA_ERROR_INVALID_VALUE  # legacy
+        assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream.handle), 1) == 0
+        for unsafe in (lambda: cuda.mem_alloc(256), lambda: cuda.memcpy_htod(int(device), src[:4]),
+                       lambda: cuda.memset_d8(int(device), 0, 16), stream.synchronize):
+            with pytest.raises(cuda.LogicError, match="CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"):
+                unsafe()
+        assert libcuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(graph)) == \
+            cuda.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and graph.value is None
+        stream.synchronize()
+        device.free()
+        pitched.free()
+    finally:
+        cuda.Context.pop()
+    with pytest.raises(cuda.LogicError, match="no current context"):
+        cuda.Context.pop()
+
+
+def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
+    """execute_async_v3 runs only with every shape and address set, a current context and activation
+    memory (USER_MANAGED has none until set_device_memory, which takes aligned device memory of at
+    least the engine's size); the legacy stream 0 is a stream; a profile chosen by a live context is
+    refused to another until that one is gone; outputs are garbage until the stream syncs."""
+    import gc
+
+    engine = engine_of(load_artifact(artifact).file("talker").with_suffix(".plan"))
+    user = fake_trt.ExecutionContextAllocationStrategy.USER_MANAGED
+    first, second = engine.create_execution_context(user), engine.create_execution_context(user)
+    assert first.set_optimization_profile_async(1, 0)
+    with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
+        second.set_optimization_profile_async(1, 0)  # "Profile 1 has been chosen by another IExecutionContext"
+    del first
+    gc.collect()
+    assert second.set_optimization_profile_async(1, 0)
+    ctx = engine.create_execution_context(user)  # profile 0: one prefill row over the one-slot cache
+    fake_cuda.Context().push()
+    try:
+        buffers = {}
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            shape = [1 if d < 0 else d for d in engine.get_tensor_shape(name)]
+            dtype = fake_trt.nptype(engine.get_tensor_dtype(name))
+            buffers[name] = fake_cuda.pagelocked_zeros(shape, dtype, mem_flags=2)
+            assert ctx.set_tensor_address(name, buffers[name].base.get_device_pointer())
+            if engine.get_tensor_mode(name) is fake_trt.TensorIOMode.INPUT:
+                assert ctx.set_input_shape(name, shape)
+        assert not ctx.set_tensor_address("positions", buffers["positions"].base.get_device_pointer() + 8)
+        assert not ctx.execute_async_v3(0)  # no activation memory yet
+        with pytest.raises(RuntimeError, match="256-byte aligned device memory of at least"):
+            ctx.set_device_memory(buffers["noise"].base.get_device_pointer(), engine.device_memory_size_v2)
+        memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
+        with pytest.raises(RuntimeError, match="at least"):
+            ctx.set_device_memory(int(memory), engine.device_memory_size_v2 - 256)
+        ctx.set_device_memory(int(memory), engine.device_memory_size_v2)
+        buffers["top_p"][:] = 1.0
+        assert ctx.execute_async_v3(0)  # the legacy stream is a stream
+        assert np.isnan(buffers["hidden"]).all()  # not run yet
+        fake_cuda.stream_of(0).synchronize()
+        assert np.isfinite(buffers["hidden"]).all() and ctx.executions == 1
+        ctx.shapes.pop("noise")
+        assert "noise" in ctx.infer_shapes() and not ctx.execute_async_v3(0)
+    finally:
+        fake_cuda.Context.pop()
+    assert not ctx.execute_async_v3(0)  # no current context
+
+
+def test_the_builder_refuses_what_tensorrt_10_3_refuses(trt, builtin_artifact, tmp_path):
+    """A blocked INT8 DequantizeLinear and INT4 in 32-row blocks: build returns None (logged); an
+    operator onnx-tensorrt has no importer for: the parser refuses, naming it; INT4 with fp32 scales
+    and TF32 left on: built, with warnings, and the engine says so."""
+    from engines.quantize import quantize_file
+    from engines.weight_form import WeightForm
+
+    def build(path: Path, flags=()):
+        logger = fake_trt.Logger()
+        builder = fake_trt.Builder(logger)
+        network = builder.create_network(1 << int(fake_trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        parser = fake_trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(path)):
+            return None, [str(parser.get_error(i)) for i in range(parser.num_errors)]
+        config = builder.create_builder_config()
+        for flag in flags:
+            config.clear_flag(flag)
+        profile = builder.create_optimization_profile()
+        for i in range(network.num_inputs):
+            shape = network.get_input(i).shape
+            if -1 in shape:
+                profile.set_shape(network.get_input(i).name, *[[1 if d < 0 else d for d in shape]] * 3)
+        config.add_optimization_profile(profile)
+        plan = builder.build_serialized_network(network, config)
+        return (None if plan is None else fake_trt.Runtime(logger).deserialize_cuda_engine(plan)), logger.messages
+
+    talker = builtin_artifact / "talker.onnx"
+    for form, message in ((WeightForm("cpu", "int8", 32), "block quantization is supported only for 2-D input tensors "
+                                                          "with DataType::kINT4"),
+                          (WeightForm("cpu", "int4", 32), "INT4 block size 32 is not supported (64 or 128)")):
+        quantize_file(talker, tmp_path / "q.onnx", form)
+        engine, messages = build(tmp_path / "q.onnx")
+        assert engine is None and any(message in m for _, m in messages), messages
+    quantize_file(talker, tmp_path / "q.onnx", WeightForm("cpu", "int4", 64))  # INT4 blocks, fp32 scales
+    engine, messages = build(tmp_path / "q.onnx")
+    assert engine.fp32_int4_products > 0 and engine.tf32
+    assert any("dequantize to FLOAT" in m for _, m in messages) and any("TF32 is enabled" in m for _, m in messages)
+    quantize_file(talker, tmp_path / "q.onnx", WeightForm("jetson", "int4", 64))
+    engine, messages = build(tmp_path / "q.onnx", flags=[fake_trt.BuilderFlag.TF32])
+    assert engine.fp32_int4_products == 0 and not engine.tf32 and not messages
+    model = onnx.load(str(talker))
+    model.graph.node[0].op_type = "Unique"
+    onnx.save(model, str(tmp_path / "unknown.onnx"))
+    engine, errors = build(tmp_path / "unknown.onnx")
+    assert engine is None and errors and all("No importer registered for op: Unique" in e for e in errors)
+
+
+def test_tf32_is_cleared_for_every_plan_strongly_typed_or_not(trt, builtin_artifact, tmp_path):
+    """TF32 is on by default in every builder config and STRONGLY_TYPED does not clear it: `plans`
+    clears it, so fp32 (and a strongly typed plan's fp32 islands) stays fp32."""
+    from engines.fp16 import convert_artifact
+    from engines.tensorrt import build_plans
+
+    fp32, fp16 = tmp_path / "fp32", tmp_path / "fp16"
+    shutil.copytree(builtin_artifact, fp32)
+    convert_artifact(builtin_artifact, fp16)
+    fake_trt.LOGGERS.clear()
+    engines = [engine_of(p) for art in (fp32, fp16) for p in build_plans(art)]
+    assert len(engines) == 12 and not any(e.tf32 for e in engines) and sum(e.strongly_typed for e in engines) == 6
+    assert not any("TF32" in m for logger in fake_trt.LOGGERS for _, m in logger.messages)
 
 
 def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path, backend):
@@ -284,19 +485,26 @@ def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact
 
 
 def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path):
-    """An int4 twin's plans are built as strongly typed networks (TensorRT's explicit quantization:
-    its DequantizeLinear weights become weight-only kernels) and serve a synthesis; fp32 is not."""
+    """An int4 twin in the Jetson form is built as strongly typed networks whose INT4 products are all
+    fp16 GEMMs, and serves a synthesis; fp32 is not strongly typed; a cpu-form twin is refused before
+    anything is built, saying why."""
     from engines.quantize import quantize_artifact
     from engines.tensorrt import build_plans
 
     int4 = tmp_path / "int4"
-    quantize_artifact(builtin_artifact, int4, "int4")
-    typed = {p.stem: json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(int4)}
-    assert typed == {"talker": True, "code_predictor": True, "code_predictor_draft": True, "vocoder": True,
-                     "speaker_encoder": True, "codec_encoder": True}
+    quantize_artifact(builtin_artifact, int4, "int4", "jetson", block=64)
+    engines = {p.stem: engine_of(p) for p in build_plans(int4)}
+    assert sorted(engines) == ["code_predictor", "code_predictor_draft", "codec_encoder", "speaker_encoder",
+                               "talker", "vocoder"]
+    assert all(e.strongly_typed and e.fp32_int4_products == 0 for e in engines.values())
     fp32 = tmp_path / "fp32"
     shutil.copytree(builtin_artifact, fp32)
-    assert not any(json.loads(p.read_bytes().partition(b"\n")[2])["strongly_typed"] for p in build_plans(fp32))
+    assert not any(engine_of(p).strongly_typed for p in build_plans(fp32))
+    cpu = tmp_path / "cpu"
+    quantize_artifact(builtin_artifact, cpu, "int4")
+    with pytest.raises(SystemExit, match="TensorRT 10.3 cannot build this artifact: its int4 weights are in the cpu form"):
+        build_plans(cpu)
+    assert not list(cpu.glob("*.plan"))
     backend = trt.TrtBackend()
     try:
         got = Synthesizer(load_artifact(int4), backend).synthesize(
@@ -306,8 +514,146 @@ def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_arti
     assert got.frames.shape[0] == 12 and np.isfinite(got.pcm).all()
 
 
-def test_validate_jetson_compares_graphs_with_enqueues(trt, artifact):
-    """The device acceptance run's CUDA-graph row, run through the doubles: the same frames both ways."""
+def test_plans_refuse_an_int8_artifact_with_the_reason_and_a_failed_build_is_an_error(trt, builtin_artifact, tmp_path,
+                                                                                      monkeypatch):
+    """`edged-engines plans` on an int8 artifact: refused, saying why (its blocked INT8 DequantizeLinear
+    would not build); and were it let through, the builder's None is the command's error, not a plan."""
+    from engines import tensorrt as engines_trt
+    from engines.cli import main as engines_main
+    from engines.quantize import quantize_artifact
+
+    int8 = tmp_path / "int8"
+    quantize_artifact(builtin_artifact, int8, "int8")
+    with pytest.raises(SystemExit, match="TensorRT 10.3 cannot build this artifact: int8 has no Jetson form"):
+        engines_main(["plans", str(int8)])
+    monkeypatch.setattr(engines_trt, "weights_refusal", lambda model: None)
+    with pytest.raises(SystemExit, match=r"talker\.onnx: TensorRT build failed"):
+        engines_main(["plans", str(int8)])
+    assert not list(int8.glob("*.plan"))
+
+
+def test_validate_jetson_offers_no_int8_twin(tmp_path):
+    """Defect 1: blocked DequantizeLinear "is supported only for 2-D input tensors with DataType::kINT4"
+    (NvInfer.h v10.3.0, IDequantizeLayer), so the acceptance run offers int4 (the Jetson form) only."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "validate_jetson.py"), "--backend", "onnxruntime",
+                           "--artifact", str(tmp_path / "none"), "--weights", "int8"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "invalid choice: 'int8'" in done.stderr, done.stderr
+
+
+def test_one_activation_block_serves_every_context(trt, artifact):
+    """Every execution context is USER_MANAGED on one block of device memory, the largest engine's
+    size, instead of a kSTATIC block of its own each (the talker's two, the code predictor's, its
+    draft's and the vocoder's)."""
+    backend = trt.TrtBackend()
+    try:
+        Synthesizer(load_artifact(artifact), backend)
+        contexts = [p.context for e in backend.engines for p in e.profiles]
+        assert len(contexts) == 5 and all(c.own_memory is None for c in contexts)
+        assert {c.memory for c in contexts} == {int(backend.activations)}
+        assert backend.activation_bytes() == max(e.engine.device_memory_size_v2 for e in backend.engines) > 0
+        static = sum(e.engine.device_memory_size_v2 * len(e.profiles) for e in backend.engines)
+        assert static > 2 * backend.activation_bytes()
+    finally:
+        backend.close()
+
+
+def test_plans_are_streamed_at_write_and_mapped_at_load(trt, builtin_artifact, tmp_path, monkeypatch):
+    """A 48 MiB plan is written from TensorRT's buffer and read from a memory map: neither copies it
+    in host memory (on an Orin, host memory is the GPU's DRAM too)."""
+    from edged.backends.plan_file import write_plan
+    from engines.tensorrt import build, profiles, sizes
+
+    art = tmp_path / "art"
+    shutil.copytree(builtin_artifact, art)
+    monkeypatch.setattr(fake_trt, "PLAN_PADDING", 48 << 20)
+    a = load_artifact(art)
+    by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, a.dims.code_groups)
+    onnx_path = a.file("code_predictor")
+    assert len(profiles("code_predictor")) == 1
+    plan = build(onnx_path, "code_predictor", by_role, strongly_typed=False)
+    tracemalloc.start()
+    try:
+        write_plan(onnx_path.with_suffix(".plan"), plan, trt.trt.__version__, onnx_path)
+        written = tracemalloc.get_traced_memory()[1]
+        del plan
+        backend = trt.TrtBackend()
+        (art / "kernels.cubin").write_bytes(b"")  # not needed to load an engine here
+        backend.kernels = object()
+        tracemalloc.reset_peak()
+        backend.load(onnx_path)
+        loaded = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    backend.close()
+    assert onnx_path.with_suffix(".plan").stat().st_size > 48 << 20
+    assert written < 4 << 20 and loaded < 4 << 20, (written, loaded)
+
+
+def test_boot_captures_the_graphs_the_configuration_runs(trt, artifact):
+    """CUDA graphs at boot: every decode span and batch size, every vocoder plan, and the code predictor's
+    passes of the default verify window (here off: one pass per group); the passes and drafts of other
+    windows are bound and enqueued when a request asks for them."""
+    a = load_artifact(artifact)
+    b, g, spans = a.max_batch, a.dims.code_groups, len(__import__("edged.talker.stage").talker.stage.buckets(a.max_seq))
+    for window, extra in ((0, 0), (2, 2)):  # verify window 2: a pass of 2 rows, a draft of 1, per batch size
+        backend = trt.TrtBackend()
+        try:
+            synth = Synthesizer(a, backend, graph_window=window)
+            vocoder = len(synth.core.vocoder.plans)
+            assert backend.graphs() == b * spans + b * (g - 1 + extra) + vocoder, window
+            assert vocoder == b * 2 * 4  # slot x side x window length
+            verify = synth.core.talker.verify_plans[0]
+            assert (verify[1, 2]._graph is not None) == (window >= 2)
+            synth.synthesize([SpeechRequest("v", "Verified in pairs.", sampling=Sampling(seed=1, cp_spec_verify_size=2),
+                                            max_frames=8)])
+        finally:
+            backend.close()
+
+
+def test_voices_primed_back_to_back_keep_their_own_state(trt, artifact):
+    """Two in-context voices prepared one after the other: each slot's vocoder state is its own voice's,
+    though both were staged through the same host buffer (the stage is reused only after sync())."""
+    from edged.core import Core
+
+    a = load_artifact(artifact)
+    backend = trt.TrtBackend()
+    try:
+        core = Core(a, backend)
+        core.preallocate()
+        vocoder = core.vocoder
+        rng = np.random.default_rng(5)
+        primed = [tuple(rng.standard_normal((1, *s.shape)).astype(np.float32) for s in vocoder.state_specs)
+                  for _ in range(2)]
+        prime = np.zeros((3, a.dims.code_groups), np.int64)
+        vocoder.prepare(0, prime, primed[0])
+        vocoder.prepare(1, prime, primed[1])
+        for slot in (0, 1):
+            for state, want in zip(vocoder.states[0], primed[slot]):
+                got = backend.empty(want.shape, np.float32)
+                backend.copy(got, state[slot])
+                backend.sync()
+                assert np.array_equal(got, want), slot
+    finally:
+        backend.close()
+
+
+def test_the_kernels_compile_for_an_orin():
+    """The CUDA source the backend launches builds for sm_87 with nvcc (where there is one); the double
+    runs the same source compiled for this CPU."""
+    from edged.backends import kernels
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc here")
+    done = subprocess.run([nvcc, "-arch=sm_87", "-cubin", "-x", "cu", "-o", "/dev/null", "-"], input=kernels.SOURCE,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_validate_jetson_rows_through_the_doubles(trt, artifact):
+    """The device acceptance run's rows for CUDA graphs (the same frames both ways), activation memory,
+    launches per step and boot time, run through the doubles."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import validate_jetson
@@ -315,5 +661,35 @@ def test_validate_jetson_compares_graphs_with_enqueues(trt, artifact):
         sys.path.remove(str(ROOT / "scripts"))
     summary = validate_jetson.Summary()
     validate_jetson.cuda_graphs(artifact, "tensorrt", summary)
-    (check, verdict, detail), = summary.rows
-    assert (check, verdict) == ("CUDA graphs", "PASS") and detail.startswith("frames equal: True; per frame with graphs")
+    validate_jetson.activation_memory(artifact, "tensorrt", summary)
+    validate_jetson.launches_per_step(artifact, "tensorrt", summary)
+    validate_jetson.boot_time("serving qwen3_tts on ipc:///x (artifact a, max_batch 4, 60 CUDA graphs, boot 12.5 s)",
+                              summary)
+    validate_jetson.boot_time("serving qwen3_tts on ipc:///x (artifact a, max_batch 4, 672 CUDA graphs, boot 95.0 s)",
+                              summary)
+    rows = {check: (verdict, detail) for check, verdict, detail in summary.rows[:4]}
+    assert rows["CUDA graphs"][0] == "PASS" and rows["CUDA graphs"][1].startswith("frames equal: True; per frame")
+    assert rows["activation memory"][0] == "PASS" and "for 5 contexts (kSTATIC" in rows["activation memory"][1]
+    a = load_artifact(artifact)
+    assert rows["launches per step"] == ("PASS", f"{a.dims.code_groups:.1f} at batch 4 ({a.dims.code_groups} plans; "
+                                                 f"60 CUDA graphs; {2 * a.dims.layers * 4} K/V copies before)")
+    assert rows["boot time"] == ("PASS", "12.5 s (60 CUDA graphs captured); TimeoutStartSec 180 s")
+    assert summary.rows[4][:2] == ("boot time", "FAIL")
+
+
+def test_a_prefill_length_bound_again_claims_no_device_memory(trt, artifact):
+    """Prefill plans are kept for the 64 most recent lengths; one bound again after it was dropped
+    reuses its append table: admissions never grow the device memory."""
+    from edged.talker import stage
+
+    backend = trt.TrtBackend()
+    try:
+        talker = Synthesizer(load_artifact(artifact), backend).core.talker
+        for t in range(1, stage.PREFILL_PLANS + 2):
+            talker._prefill_plan(t)
+        claimed = len(backend.device_memory)
+        for t in range(1, stage.PREFILL_PLANS + 2):  # every length again: each plan was dropped and is bound anew
+            talker._prefill_plan(t)
+        assert len(backend.device_memory) == claimed
+    finally:
+        backend.close()

@@ -254,7 +254,8 @@ def test_busy_when_the_queue_is_full(start_daemon):
 
 
 def test_cli_say_and_status(shared_daemon, tmp_path):
-    """`edged say` prints the done report; `edged status` shows the cohort, the speaker and the microphone."""
+    """`edged say` prints the done report; `edged status` shows the cohort, the speaker and the microphone,
+    and the engines' activation memory as one line (none on ONNX Runtime; TensorRT's shared block)."""
     import json
     import subprocess
     import sys
@@ -278,3 +279,6 @@ def test_cli_say_and_status(shared_daemon, tmp_path):
     assert rows["speaker"].startswith(raw["audio"]["output"]["state"])
     assert rows["microphone"].startswith(raw["audio"]["input"]["state"])
     assert rows["history"].startswith(f"policy {raw['history']['policy']}")
+    assert raw["memory"]["activations"] == 0
+    assert [line.split() for line in shown.stdout.splitlines() if "activations" in line] == \
+        [["memory", "activations", "0.00", "MiB"]]

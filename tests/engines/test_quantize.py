@@ -1,7 +1,9 @@
-"""Weight-only int8 / int4 artifacts (engines/quantize.py): the block quantization itself, the graphs
-it writes (DequantizeLinear before each MatMul of a weight one product reads, which ONNX Runtime
-fuses into MatMulNBits), the manifest that says so, the CLI, and the teacher-forced comparison with
-fp32 (scripts/quant_quality.py) that docs/performance.md's quality table comes from."""
+"""Weight-only int8 / int4 artifacts (engines/quantize.py, engines/weight_form.py): the block
+quantization itself, the forms each backend runs (cpu: DequantizeLinear before each MatMul of a weight
+one product reads, which ONNX Runtime fuses into MatMulNBits; jetson: INT4 in 64/128-row blocks with
+fp16 scales around an fp16 product, what TensorRT 10.3 builds into INT4-weight GEMMs), the manifest
+that says which, the CLI, and the teacher-forced comparison with fp32 (scripts/quant_quality.py)
+that docs/performance.md's quality table comes from."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from edged.backends import onnxruntime as edged_ort
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 from engines.cli import main as engines_main
-from engines.quantize import dequantize, quantize_artifact, quantize_block
+from engines.quantize import quantize_artifact
+from engines.tensorrt import weights_refusal
+from engines.weight_form import FormError, dequantize, form, quantize_block
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import quant_quality
@@ -42,6 +46,7 @@ def test_block_quantization_is_within_half_a_step(bits):
 def quantized(tmp_path_factory, builtin_artifact):
     out = tmp_path_factory.mktemp("quantized")
     stats = {w: quantize_artifact(builtin_artifact, out / w, w) for w in ("int8", "int4")}
+    stats["jetson"] = quantize_artifact(builtin_artifact, out / "jetson", "int4", "jetson", block=64)
     return out, stats
 
 
@@ -49,7 +54,8 @@ def test_a_quantized_artifact_says_what_it_holds_and_runs(quantized, backend, tm
     out, stats = quantized
     for weights in ("int8", "int4"):
         artifact = load_artifact(out / weights)
-        assert (artifact.weights, artifact.weight_block, artifact.precision) == (weights, 32, "fp32")
+        assert (artifact.weights, artifact.weight_block, artifact.weight_target, artifact.precision) == \
+            (weights, 32, "cpu", "fp32")
         assert stats[weights]["talker"]["weights"] > 0 and stats[weights]["code_predictor"]["weights"] > 0
         talker = onnx.load(str(artifact.file("talker")))
         assert any(n.op_type == "DequantizeLinear" for n in talker.graph.node)
@@ -92,9 +98,13 @@ def test_bad_weights_in_a_manifest_are_named(quantized):
                           ({"weight_block": 0}, "'model.weight_block' must be a positive integer"),
                           ({"weights": "fp32"}, "'model.weight_block' must be a positive integer for quantized "
                                                 "weights and 0 for fp32, got 32"),
-                          ({"precision": "fp16"}, "'model.weights' int4 needs 'model.precision' fp32")):
+                          ({"precision": "fp16"}, "'model.weights' int4 needs 'model.precision' fp32"),
+                          ({"weight_target": "gpu"}, "'model.weight_target' must be one of cpu, jetson for quantized "
+                                                     "weights and absent for fp32, got 'gpu'"),
+                          ({"weight_target": None}, "missing key 'model.weight_target'")):
         broken = json.loads(json.dumps(raw))
         broken["model"].update(edit)
+        broken["model"] = {k: v for k, v in broken["model"].items() if v is not None}
         (out / "int4" / "artifact.json").write_text(json.dumps(broken))
         try:
             with pytest.raises(ArtifactError, match=message):
@@ -113,3 +123,63 @@ def test_the_cli_quantizes_and_refuses_what_it_cannot(quantized, builtin_artifac
     with pytest.raises(SystemExit, match="--weights int8/int4 needs --precision fp32"):
         engines_main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "x"), "--precision", "fp16",
                       "--weights", "int4"])
+    with pytest.raises(SystemExit, match="edged-engines: int8 has no Jetson form"):
+        engines_main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "x"), "--weights", "int8",
+                      "--target", "jetson"])
+    with pytest.raises(SystemExit, match="edged-engines: block 32: TensorRT 10.3's INT4 weight-only blocks"):
+        engines_main(["quantize", "--artifact", str(builtin_artifact), "--out", str(tmp_path / "j"), "--weights", "int4",
+                      "--target", "jetson", "--block", "32"])
+    assert engines_main(["quantize", "--artifact", str(builtin_artifact), "--out", str(tmp_path / "j"), "--weights",
+                         "int4", "--target", "jetson", "--block", "64"]) == 0
+    assert "form: int4 for jetson, 64-row blocks" in capsys.readouterr().out
+
+
+def test_the_jetson_form_is_int4_in_64_or_128_row_blocks_with_fp16_scales_around_an_fp16_product(quantized, backend):
+    """What TensorRT 10.3 builds into INT4-weight fp16 GEMMs (engines/weight_form.py cites the rules):
+    every quantized product reads INT4 in 64-row blocks through fp16 scales (a strongly typed network
+    dequantizes to the scale's type), its activation cast to fp16 and its result back to fp32; ONNX
+    Runtime runs the same graphs (the device check compares the two)."""
+    out, stats = quantized
+    artifact = load_artifact(out / "jetson")
+    assert (artifact.weights, artifact.weight_block, artifact.weight_target) == ("int4", 64, "jetson")
+    for role in ("talker", "code_predictor"):
+        graph = onnx.load(str(artifact.file(role))).graph
+        inits = {i.name: i for i in graph.initializer}
+        dqs = [n for n in graph.node if n.op_type == "DequantizeLinear"]
+        assert len(dqs) == stats["jetson"][role]["weights"] > 0
+        for dq in dqs:
+            assert inits[dq.input[0]].data_type == onnx.TensorProto.INT4
+            assert inits[dq.input[1]].data_type == onnx.TensorProto.FLOAT16
+            assert {a.name: a.i for a in dq.attribute} == {"axis": 0, "block_size": 64}
+            product = next(n for n in graph.node if dq.output[0] in n.input)
+            cast_in = next(n for n in graph.node if n.output[0] == product.input[0])
+            cast_out = next(n for n in graph.node if product.output[0] in n.input)
+            assert (product.op_type, cast_in.op_type, cast_out.op_type) == ("MatMul", "Cast", "Cast")
+            assert (cast_in.attribute[0].i, cast_out.attribute[0].i) == (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT)
+    result = Synthesizer(artifact, backend).synthesize(
+        [SpeechRequest("j", "Hello there.", voice="vivian", sampling=Sampling.greedy(), max_frames=12)])[0]
+    assert result.frames.shape == (12, artifact.dims.code_groups) and np.isfinite(result.pcm).all()
+
+
+def test_a_form_a_target_cannot_run_is_refused_naming_the_rule():
+    assert form("int4", "jetson") == form("int4", "jetson", 128) and form("int4", "cpu").block == 32
+    for args, message in ((("int8", "jetson"), "int8 has no Jetson form: TensorRT 10.3 runs weight-only quantization "
+                                               "for INT4 only"),
+                          (("int4", "jetson", 32), "block 32: TensorRT 10.3's INT4 weight-only blocks are 64 or 128"),
+                          (("int4", "cpu", 48), "block 48: ONNX Runtime's MatMulNBits takes a power of two"),
+                          (("int4", "gpu"), "target must be one of cpu, jetson")):
+        with pytest.raises(FormError, match=message):
+            form(*args)
+
+
+def test_plans_refuse_a_form_tensorrt_cannot_build_with_the_reason(quantized):
+    """`edged-engines plans` asks the form before building: an int8 artifact and a cpu-form int4 one are
+    refused, each saying why and what to run instead; the jetson form is not."""
+    out, _ = quantized
+    model = {w: json.loads((out / w / "artifact.json").read_text())["model"] for w in ("int8", "int4", "jetson")}
+    assert "int8 has no Jetson form" in weights_refusal(model["int8"])
+    assert weights_refusal(model["int4"]) == (
+        "its int4 weights are in the cpu form (32-row blocks, fp32 scales), and TensorRT 10.3 takes INT4 blocks of 64 "
+        "or 128 rows with fp16 scales (fp32 scales make every product an fp32 GEMM): quantize the fp32 artifact with "
+        "--target jetson")
+    assert weights_refusal(model["jetson"]) is None and weights_refusal({"weights": "fp32"}) is None

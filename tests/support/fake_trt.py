@@ -1,328 +1,97 @@
-"""Test doubles of `tensorrt` (10.x) and `pycuda.driver` that keep the real APIs' documented
-contracts, so the TensorRT backend's own code runs in CI without a GPU.
+"""A test double of TensorRT 10.3's Python API, on the CUDA double (fake_cuda.py), that keeps the
+contracts edged's TensorRT backend and `edged-engines plans` depend on and refuses what TensorRT
+10.3 refuses, each rule citing where TensorRT says so (include/NvInfer.h, NvInferRuntime.h and
+python/ at tag v10.3.0; the "Working with Quantized Types" guide; onnx-tensorrt's operator table).
 
-What they enforce, as the real libraries do:
-- `set_input_shape` returns False for a shape outside the optimization profile (or off a static
-  dim); `set_tensor_address` returns False for an address that is not 256-byte aligned;
-  `infer_shapes()` lists inputs without a shape; `execute_async_v3` fails (False) unless every
-  input has a shape and every tensor an address, and only while the CUDA context is current.
-- Profiles: an engine has the optimization profiles it was built with; a context runs the one set by
-  `set_optimization_profile_async`, and only shapes inside it are accepted.
-- pycuda: contexts are a per-thread stack; a backend that pushes must pop before it goes
-  (`stack_depth()` lets a test check the balance that pycuda checks at exit); page-locked buffers
-  are page-aligned and have a device pointer distinct from their host address. Device memory
-  (`mem_alloc`) is mapped PROT_NONE: a host read or write of it crashes the process, as it would on
-  the device; only engines, `Memcpy2D` (pitch >= width) and `memset_d8*` reach it.
-- CUDA graphs (the driver API that `edged.backends.cuda_graph` calls through ctypes): work enqueued on
-  a capturing stream is recorded with the shapes and addresses bound at that moment, not run; a
-  TensorRT enqueue may be captured only after an ordinary enqueue with the same bindings (TensorRT's
-  rule); a stream cannot be synchronized while it captures; a launch replays the recorded work.
-- A deserialized engine runs the ONNX graph it was built from on ONNX Runtime (CPU), reading and
-  writing the bound buffers through their device addresses, so results can be compared with the
-  ONNX Runtime backend's.
+Building (`OnnxParser`, `Builder`):
+- the parser refuses an operator outside onnx-tensorrt's support table (docs/operators.md at
+  release 10.1-GA; the 10.2 and 10.3 changelogs add no operator), naming it;
+- the builder returns None, logging the error, for a dynamic input no profile covers; for a blocked
+  DequantizeLinear whose weights are not INT4 (NvInfer.h IDequantizeLayer: "Block dequantization is
+  supported only for 2-D input tensors with DataType::kINT4 that are rooted at an IConstantLayer");
+  for INT4 blocks other than 64 or 128 rows (Working with Quantized Types); for a precision flag on
+  a strongly typed network (NvInfer.h kSTRONGLY_TYPED: "Setting layer precision and layer output
+  types is not allowed");
+- it warns (TensorRT builds them) about INT4 weights with fp32 scales in a strongly typed network
+  ("output data type is inferred from scale data type": an fp32 GEMM), and about fp32 products
+  built with TF32 on (BuilderFlag::kTF32 "Enabled by default": their inputs are rounded to 10-bit
+  mantissas); the engine keeps `tf32` and `fp32_int4_products`, so a test sees both;
+- `build_serialized_network` returns an IHostMemory (a buffer; PLAN_PADDING bytes of engine stand in
+  for the weights when a test wants a large plan).
 
-`install(monkeypatch)` puts them in `sys.modules` as `tensorrt`, `pycuda` and `pycuda.driver`, and
-the driver double in place of libcuda.
+Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
+- `deserialize_cuda_engine` takes any buffer (pyCore.cpp: a py::buffer) and keeps nothing of it;
+- `create_execution_context()` (kSTATIC, NvInferRuntime.h) claims device memory of
+  `device_memory_size_v2` per context; USER_MANAGED claims none and runs only after
+  `set_device_memory(memory, size)`: 256-byte aligned device memory of at least
+  `device_memory_size_v2` (pyCoreDoc.h); contexts sharing it may not run in parallel (on two streams
+  at once: setDeviceMemoryV2, "undefined behavior"). The sizes are this double's stand-in (4 x the
+  inputs' bytes at each profile's largest shapes), not TensorRT's;
+- a new context runs profile 0; `set_optimization_profile_async` raises RuntimeError (the Python
+  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range or a profile another live context has
+  chosen ("Profile N has been chosen by another IExecutionContext");
+- `set_input_shape` returns False for a shape outside the profile or off a static dim;
+  `set_tensor_address` returns False for an address that is not 256-byte aligned; `infer_shapes()`
+  lists inputs without a shape; `execute_async_v3` returns False unless every input has a shape and
+  every tensor an address, a CUDA context is current and the activations are set, and reports (and
+  clears) a CUDA runtime error a failed capture left;
+- `execute_async_v3` is asynchronous: the ONNX graph the engine was built from runs on ONNX Runtime
+  when the stream does, reading and writing the bound buffers through their device addresses, so
+  results can be compared with the ONNX Runtime backend's; outputs read before the stream syncs are
+  garbage (fake_cuda.py); releasing bound memory first is refused (enqueueV3: "Modifying or
+  releasing memory that has been registered for the tensors before stream synchronization ...
+  results in undefined behavior");
+- under capture, an enqueue is recorded only after an ordinary enqueue with the same bindings
+  (trtexec: "Avoid capturing initialization calls by executing the enqueue function at least once
+  before starting CUDA graph capture"); an engine in CAPTURE_UNSAFE ("The built TRT engine may
+  contain operations that are not permitted under CUDA graph capture mode", sampleInference.cpp)
+  invalidates the capture, leaves the runtime error set and returns False.
+
+`install(monkeypatch)` puts `tensorrt`, `pycuda`, `pycuda.driver` and `pycuda.compiler` in
+`sys.modules` and the doubles in place of libcuda and libcudart.
 """
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import json
+import struct
 import sys
-import threading
 import types
-from contextlib import contextmanager
+import weakref
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+from support import fake_cuda as cuda
 
 __version__ = "10.3.0.fake"
-DEVICE_OFFSET = 1 << 44
-"""Device pointer = host address + this (mapped memory has its own device address)."""
-_local = threading.local()
-_allocations: list[tuple[int, int, np.ndarray]] = []
-"""(device start, device end, host bytes) of every live page-locked allocation."""
-
-
-# ----------------------------------------------------------------------------------------- pycuda
-
-
-def stack_depth() -> int:
-    return len(getattr(_local, "stack", []))
-
-
-class Context:
-    def __init__(self) -> None:
-        self.detached = False
-
-    def push(self) -> None:
-        _local.stack = [*getattr(_local, "stack", []), self]
-
-    @staticmethod
-    def pop() -> None:
-        stack = getattr(_local, "stack", [])
-        if not stack:
-            raise RuntimeError("cuCtxPopCurrent failed: no current context")
-        _local.stack = stack[:-1]
-
-    def detach(self) -> None:
-        if self.detached:
-            raise RuntimeError("context already detached")
-        self.detached = True
-
-
-def current() -> Context | None:
-    stack = getattr(_local, "stack", [])
-    return stack[-1] if stack else None
-
-
-class Device:
-    def __init__(self, ordinal: int) -> None:
-        self.ordinal = ordinal
-
-    def retain_primary_context(self) -> Context:
-        return Context()
-
-
-_streams: dict[int, Stream] = {}
-
-
-class Stream:
-    def __init__(self) -> None:
-        self.handle = id(self)
-        self.captured: list | None = None  # the work recorded while capturing
-        _streams[self.handle] = self
-
-    def synchronize(self) -> None:
-        if self.captured is not None:
-            raise RuntimeError("cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
-
-    def enqueue(self, work) -> None:
-        """Run `work` now, or record it while the stream captures."""
-        if self.captured is not None:
-            self.captured.append(work)
-        else:
-            with device_access():
-                work()
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-PROT_NONE, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS = 0, 3, 0x22
-_device: list[DeviceAllocation] = []
-_access_depth = [0]
-
-
-class DeviceAllocation:
-    """`cuda.mem_alloc`: memory the host cannot touch (mapped PROT_NONE but while a device op runs)."""
-
-    def __init__(self, nbytes: int) -> None:
-        self.size = -(-max(nbytes, 1) // 4096) * 4096
-        self.ptr = _libc.mmap(None, self.size, PROT_NONE, MAP_PRIVATE_ANONYMOUS, -1, 0)
-        if self.ptr in (None, ctypes.c_void_p(-1).value):
-            raise MemoryError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
-        self.freed = False
-        host = np.frombuffer((ctypes.c_byte * self.size).from_address(self.ptr), dtype=np.uint8)
-        _allocations.append((self.ptr, self.ptr + self.size, host))
-        _device.append(self)
-
-    def __int__(self) -> int:
-        if self.freed:
-            raise RuntimeError("use of a freed device allocation")
-        return self.ptr
-
-    def free(self) -> None:
-        if self.freed:
-            raise RuntimeError("cuMemFree failed: double free")
-        self.freed = True
-        _allocations[:] = [a for a in _allocations if a[0] != self.ptr]
-        _device.remove(self)
-        _libc.munmap(self.ptr, self.size)
-
-
-def mem_alloc(nbytes: int) -> DeviceAllocation:
-    return DeviceAllocation(nbytes)
-
-
-@contextmanager
-def device_access():
-    """What the device does may touch device memory: unprotect it for the duration."""
-    if _access_depth[0] == 0:
-        for a in _device:
-            _libc.mprotect(a.ptr, a.size, PROT_READ_WRITE)
-    _access_depth[0] += 1
-    try:
-        yield
-    finally:
-        _access_depth[0] -= 1
-        if _access_depth[0] == 0:
-            for a in _device:
-                _libc.mprotect(a.ptr, a.size, PROT_NONE)
-
-
-def memset_d8(dest: int, data: int, size: int) -> None:
-    with device_access():
-        device_view(int(dest), (size,), np.dtype(np.uint8))[...] = data
-
-
-def memset_d8_async(dest: int, data: int, size: int, stream: Stream | None = None) -> None:
-    view = device_view(int(dest), (size,), np.dtype(np.uint8))  # an illegal address fails at the call
-    if stream is None:
-        raise RuntimeError("the backend's work belongs on its stream")
-
-    def work() -> None:
-        view[...] = data
-    stream.enqueue(work)
-
-
-class Memcpy2D:
-    """cuMemcpy2DAsync between device addresses (device or mapped pinned memory)."""
-
-    def __init__(self) -> None:
-        self.src_pitch = self.dst_pitch = self.width_in_bytes = self.height = 0
-        self.src = self.dst = None
-
-    def set_src_device(self, address: int) -> None:
-        self.src = int(address)
-
-    def set_dst_device(self, address: int) -> None:
-        self.dst = int(address)
-
-    def __call__(self, stream: Stream) -> None:
-        w, h = self.width_in_bytes, self.height
-        if self.src is None or self.dst is None or w <= 0 or h <= 0 or self.src_pitch < w or self.dst_pitch < w:
-            raise RuntimeError("cuMemcpy2DAsync failed: CUDA_ERROR_INVALID_VALUE")
-        if not isinstance(stream, Stream):
-            raise RuntimeError("the backend's work belongs on its stream")
-        src = device_view(self.src, ((h - 1) * self.src_pitch + w,), np.dtype(np.uint8))
-        dst = device_view(self.dst, ((h - 1) * self.dst_pitch + w,), np.dtype(np.uint8))
-        src_rows = np.lib.stride_tricks.as_strided(src, (h, w), (self.src_pitch, 1))
-        dst_rows = np.lib.stride_tricks.as_strided(dst, (h, w), (self.dst_pitch, 1))
-
-        def work() -> None:
-            dst_rows[...] = src_rows
-        stream.enqueue(work)
-
-
-# ----------------------------------------------------------------------------------------- CUDA driver (graphs)
-
-
-class Driver:
-    """libcuda's graph calls as `edged.backends.cuda_graph` makes them (ctypes handles, byref outs)."""
-
-    def __init__(self) -> None:
-        self.graphs: dict[int, list] = {}
-        self.execs: dict[int, list] = {}
-        self.launches = 0
-        self._next = 1
-
-    def _handle(self) -> int:
-        self._next += 1
-        return self._next << 8
-
-    @staticmethod
-    def _stream(handle) -> Stream | None:
-        return _streams.get(getattr(handle, "value", handle))
-
-    def cuStreamBeginCapture_v2(self, stream, mode: int) -> int:
-        s = self._stream(stream)
-        if s is None or s.captured is not None or current() is None:
-            return 1  # CUDA_ERROR_INVALID_VALUE
-        s.captured = []
-        return 0
-
-    def cuStreamEndCapture(self, stream, graph_out) -> int:
-        s = self._stream(stream)
-        if s is None or s.captured is None:
-            return 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-        handle = self._handle()
-        self.graphs[handle], s.captured = s.captured, None
-        graph_out._obj.value = handle
-        return 0
-
-    def cuGraphInstantiateWithFlags(self, exec_out, graph, flags: int) -> int:
-        work = self.graphs.get(getattr(graph, "value", graph))
-        if work is None:
-            return 400  # CUDA_ERROR_INVALID_HANDLE
-        handle = self._handle()
-        self.execs[handle] = list(work)
-        exec_out._obj.value = handle
-        return 0
-
-    def cuGraphLaunch(self, graph_exec, stream) -> int:
-        work, s = self.execs.get(getattr(graph_exec, "value", graph_exec)), self._stream(stream)
-        if work is None or s is None or current() is None:
-            return 400
-        for item in work:
-            s.enqueue(item)
-        self.launches += 1
-        return 0
-
-    def cuGraphExecDestroy(self, graph_exec) -> int:
-        return 0 if self.execs.pop(getattr(graph_exec, "value", graph_exec), None) is not None else 400
-
-    def cuGraphDestroy(self, graph) -> int:
-        return 0 if self.graphs.pop(getattr(graph, "value", graph), None) is not None else 400
-
-    def cuGetErrorName(self, result: int, name_out) -> int:
-        name_out._obj.value = {1: b"CUDA_ERROR_INVALID_VALUE", 400: b"CUDA_ERROR_INVALID_HANDLE",
-                               900: b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"}.get(result, b"CUDA_ERROR_UNKNOWN")
-        return 0
-
-
-class HostAllocation(bytearray):
-    """A page-locked, device-mapped allocation: the buffer a numpy array is built on."""
-
-    def __init__(self, nbytes: int) -> None:
-        super().__init__(nbytes + 4096)
-        start = np.frombuffer(self, dtype=np.uint8).ctypes.data
-        self.offset = -start % 4096  # page-aligned, as cuMemHostAlloc returns
-        self.nbytes = nbytes
-        self.host = start + self.offset
-        self.freed = False
-        _allocations.append((self.host + DEVICE_OFFSET, self.host + DEVICE_OFFSET + nbytes,
-                             np.frombuffer(self, dtype=np.uint8, count=nbytes, offset=self.offset)))
-
-    def get_device_pointer(self) -> int:
-        if self.freed:
-            raise RuntimeError("use of a freed page-locked allocation")
-        return self.host + DEVICE_OFFSET
-
-    def free(self) -> None:
-        self.freed = True
-        _allocations[:] = [a for a in _allocations if a[0] != self.host + DEVICE_OFFSET]
-
-
-class host_alloc_flags:
-    DEVICEMAP = 2
-
-
-def pagelocked_zeros(shape, dtype, mem_flags: int = 0) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    allocation = HostAllocation(max(nbytes, 1))
-    return np.ndarray(shape, dtype, buffer=allocation, offset=allocation.offset)  # .base: the allocation
-
-
-def init() -> None:
-    pass
-
-
-def device_view(address: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """The host memory behind `nbytes` at a device address (it must lie in one live allocation)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    for start, end, host in _allocations:
-        if start <= address and address + nbytes <= end:
-            return host[address - start: address - start + nbytes].view(dtype).reshape(shape)
-    raise RuntimeError(f"illegal memory access: {nbytes} bytes at {address:#x} are not in any allocation")
-
-
-# ----------------------------------------------------------------------------------------- tensorrt
+PLAN_PADDING = 0
+"""Bytes of stand-in engine data a built plan carries (a test sets it to make a large plan)."""
+CAPTURE_UNSAFE: set[str] = set()
+"""ONNX file names whose engines cannot be captured."""
+LOGGERS: list[Logger] = []
+SUPPORTED = frozenset((
+    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+    "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant", "ConstantOfShape",
+    "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DeformConv", "DepthToSpace", "DequantizeLinear", "Div",
+    "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather",
+    "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater",
+    "GreaterOrEqual", "GridSample", "GroupNormalization", "GRU", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
+    "If", "ImageScaler", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
+    "LessOrEqual", "Log", "LogSoftmax", "Loop", "LRN", "LSTM", "LpNormalization", "LpPool", "MatMul", "Max",
+    "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression",
+    "NonZero", "Not", "OneHot", "Or", "Pad", "ParametricSoftplus", "Pow", "PRelu", "QuantizeLinear", "RandomNormal",
+    "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RNN", "RoiAlign", "Round", "ScaledTanh",
+    "Scan", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+    "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum",
+    "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Upsample", "Where", "Xor",
+))
+"""onnx-tensorrt docs/operators.md (release 10.1-GA), the operators marked Y."""
+INT4_BLOCKS = (64, 128)
+MAGIC = b"FAKETRT1"
 
 
 class DataType(enum.Enum):
@@ -331,10 +100,11 @@ class DataType(enum.Enum):
     INT32 = "int32"
     INT64 = "int64"
     BOOL = "bool"
+    UINT8 = "uint8"
 
 
 ORT_TYPES = {"tensor(float)": DataType.FLOAT, "tensor(float16)": DataType.HALF, "tensor(int32)": DataType.INT32,
-             "tensor(int64)": DataType.INT64, "tensor(bool)": DataType.BOOL}
+             "tensor(int64)": DataType.INT64, "tensor(bool)": DataType.BOOL, "tensor(uint8)": DataType.UINT8}
 
 
 def nptype(dtype: DataType) -> type:
@@ -348,10 +118,16 @@ class TensorIOMode(enum.Enum):
 
 
 class Logger:
-    WARNING = 2
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = 0, 1, 2, 3, 4
 
     def __init__(self, level: int = 2) -> None:
         self.level = level
+        self.messages: list[tuple[int, str]] = []
+        LOGGERS.append(self)
+
+    def log(self, severity: int, message: str) -> None:
+        if severity <= self.level:
+            self.messages.append((severity, message))
 
 
 class NetworkDefinitionCreationFlag(enum.IntEnum):
@@ -359,14 +135,25 @@ class NetworkDefinitionCreationFlag(enum.IntEnum):
 
 
 class BuilderFlag(enum.Enum):
-    FP16 = "fp16"
-    TF32 = "tf32"
+    FP16 = 0
+    INT8 = 1
+    TF32 = 6
+    BF16 = 17
 
 
 class MemoryPoolType(enum.Enum):
-    WORKSPACE = "workspace"
-    TACTIC_SHARED_MEMORY = "tactic_shared_memory"
-    TACTIC_DRAM = "tactic_dram"
+    WORKSPACE = 0
+    TACTIC_SHARED_MEMORY = 4
+    TACTIC_DRAM = 5
+
+
+class ExecutionContextAllocationStrategy(enum.IntEnum):
+    STATIC = 0
+    ON_PROFILE_CHANGE = 1
+    USER_MANAGED = 2
+
+
+# ----------------------------------------------------------------------------------------- building
 
 
 class _Tensor:
@@ -378,6 +165,7 @@ class _Network:
     def __init__(self, flags: int = 0) -> None:
         self.strongly_typed = bool(flags & (1 << NetworkDefinitionCreationFlag.STRONGLY_TYPED))
         self.onnx_path: str | None = None
+        self.model: onnx.ModelProto | None = None
         self.inputs: list[_Tensor] = []
 
     @property
@@ -388,20 +176,41 @@ class _Network:
         return self.inputs[i]
 
 
+class _ParserError:
+    def __init__(self, node: str, op: str, desc: str) -> None:
+        self.node_name, self.op, self._desc = node, op, desc
+
+    def desc(self) -> str:
+        return self._desc
+
+    def __str__(self) -> str:
+        return f"In node {self.node_name} ({self.op}): {self._desc}"
+
+
 class OnnxParser:
     def __init__(self, network: _Network, logger: Logger) -> None:
         self.network = network
-        self.num_errors = 0
+        self.errors: list[_ParserError] = []
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    def get_error(self, i: int) -> _ParserError:
+        return self.errors[i]
 
     def parse_from_file(self, path: str) -> bool:
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        self.network.onnx_path = path
-        self.network.inputs = [_Tensor(i.name, [d if isinstance(d, int) else -1 for d in i.shape])
-                               for i in session.get_inputs()]
+        model = onnx.load(path, load_external_data=False)
+        self.errors = [_ParserError(n.name, n.op_type, f"No importer registered for op: {n.op_type}")
+                       for n in model.graph.node if n.op_type not in SUPPORTED]
+        if self.errors:
+            return False
+        inits = {i.name for i in model.graph.initializer}
+        self.network.onnx_path, self.network.model = path, model
+        self.network.inputs = [_Tensor(i.name, [d.dim_value if d.HasField("dim_value") else -1
+                                                for d in i.type.tensor_type.shape.dim])
+                               for i in model.graph.input if i.name not in inits]
         return True
-
-    def get_error(self, i: int) -> str:
-        return ""
 
 
 class _Profile:
@@ -416,7 +225,7 @@ class _Profile:
 
 class _Config:
     def __init__(self) -> None:
-        self.flags: set = set()
+        self.flags: set = {BuilderFlag.TF32}  # NvInfer.h BuilderFlag::kTF32: "Enabled by default."
         self.profiles: list[_Profile] = []
         self.pools: dict = {}
 
@@ -426,12 +235,19 @@ class _Config:
     def clear_flag(self, flag: BuilderFlag) -> None:
         self.flags.discard(flag)
 
+    def get_flag(self, flag: BuilderFlag) -> bool:
+        return flag in self.flags
+
     def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
         self.pools[pool] = size
 
     def add_optimization_profile(self, profile: _Profile) -> int:
         self.profiles.append(profile)
         return len(self.profiles) - 1
+
+
+class IHostMemory(np.ndarray):
+    """The serialized engine: a buffer with `nbytes` (pyFoundationalTypes.cpp: py::buffer_protocol)."""
 
 
 class Builder:
@@ -447,23 +263,88 @@ class Builder:
     def create_optimization_profile(self) -> _Profile:
         return _Profile()
 
-    def build_serialized_network(self, network: _Network, config: _Config) -> bytes:
+    def build_serialized_network(self, network: _Network, config: _Config) -> IHostMemory | None:
+        refused = self._refusal(network, config)
+        if refused:
+            self.logger.log(Logger.ERROR, refused)
+            return None
+        model = network.model
+        assert model is not None
+        fp32_int4 = _fp32_scaled_int4(model) if network.strongly_typed else 0
+        if fp32_int4:
+            self.logger.log(Logger.WARNING, f"{fp32_int4} INT4 weights dequantize to FLOAT (their scales' type in a "
+                                            f"strongly typed network): their products run as fp32 GEMMs")
+        tf32 = BuilderFlag.TF32 in config.flags
+        if tf32 and any(n.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") for n in model.graph.node):
+            self.logger.log(Logger.WARNING, "TF32 is enabled: fp32 products may round their inputs to 10-bit mantissas")
+        spec = json.dumps({"onnx": network.onnx_path, "profiles": [p.shapes for p in config.profiles] or [{}],
+                           "strongly_typed": network.strongly_typed, "tf32": tf32,
+                           "fp32_int4_products": fp32_int4}).encode()
+        data = np.zeros(len(MAGIC) + 8 + len(spec) + PLAN_PADDING, np.uint8)
+        data[:len(MAGIC) + 8 + len(spec)] = np.frombuffer(MAGIC + struct.pack("<Q", len(spec)) + spec, np.uint8)
+        return data.view(IHostMemory)
+
+    @staticmethod
+    def _refusal(network: _Network, config: _Config) -> str | None:
+        if network.model is None:
+            return "the network has no layers (the parser failed)"
+        if network.strongly_typed and config.flags & {BuilderFlag.FP16, BuilderFlag.INT8, BuilderFlag.BF16}:
+            return "precision flags are not allowed in a strongly typed network"
         dynamic = [t.name for t in network.inputs if any(d < 0 for d in t.shape)]
-        profiles = [p.shapes for p in config.profiles] or [{}]
-        for i, profile in enumerate(profiles):
+        for i, profile in enumerate([p.shapes for p in config.profiles] or [{}]):
             missing = [n for n in dynamic if n not in profile]
             if missing:
-                raise RuntimeError(f"optimization profile {i} has no shapes for dynamic inputs {missing}")
-        return json.dumps({"onnx": network.onnx_path, "profiles": profiles,
-                           "strongly_typed": network.strongly_typed}).encode()
+                return f"optimization profile {i} has no shapes for dynamic inputs {missing}"
+        inits = {i.name: i for i in network.model.graph.initializer}
+        for node in network.model.graph.node:
+            if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
+                continue
+            weights, scale = inits[node.input[0]], inits.get(node.input[1])
+            blocked = scale is not None and len(scale.dims) == 2
+            block = next((a.i for a in node.attribute if a.name == "block_size"), 0)
+            if blocked and weights.data_type != onnx.TensorProto.INT4:
+                return (f"{node.name}: IDequantizeLayer: block quantization is supported only for 2-D input tensors "
+                        f"with DataType::kINT4")
+            if weights.data_type == onnx.TensorProto.INT4 and blocked and block not in INT4_BLOCKS:
+                return f"{node.name}: INT4 block size {block} is not supported (64 or 128)"
+        return None
+
+
+def _fp32_scaled_int4(model: onnx.ModelProto) -> int:
+    inits = {i.name: i for i in model.graph.initializer}
+    return sum(1 for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+               and inits[n.input[0]].data_type == onnx.TensorProto.INT4
+               and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT)
+
+
+# ----------------------------------------------------------------------------------------- running
+
+
+class Runtime:
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def deserialize_cuda_engine(self, serialized_engine) -> ICudaEngine | None:
+        with memoryview(serialized_engine) as view:  # any buffer; nothing of it is kept
+            head = bytes(view[:len(MAGIC) + 8])
+            if len(head) < len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
+                self.logger.log(Logger.ERROR, "the serialized engine is not a TensorRT engine")
+                return None
+            (length,) = struct.unpack("<Q", head[len(MAGIC):])
+            spec = json.loads(bytes(view[len(MAGIC) + 8:len(MAGIC) + 8 + length]))
+        return ICudaEngine(spec)
 
 
 class ICudaEngine:
     def __init__(self, spec: dict) -> None:
+        self.onnx = spec["onnx"]
         self.session = ort.InferenceSession(spec["onnx"], providers=["CPUExecutionProvider"])
         self.profiles = spec["profiles"]
+        self.tf32, self.fp32_int4_products = spec["tf32"], spec["fp32_int4_products"]
+        self.strongly_typed = spec["strongly_typed"]
         self.io = [(i, TensorIOMode.INPUT) for i in self.session.get_inputs()] + \
                   [(o, TensorIOMode.OUTPUT) for o in self.session.get_outputs()]
+        self.chosen: dict[int, weakref.ref] = {}  # profile -> the live context that chose it
 
     @property
     def num_io_tensors(self) -> int:
@@ -496,25 +377,55 @@ class ICudaEngine:
             return [list(x) for x in self.profiles[profile_index][name]]
         return [self.get_tensor_shape(name)] * 3
 
-    def create_execution_context(self) -> IExecutionContext:
-        return IExecutionContext(self)
+    def get_device_memory_size_for_profile_v2(self, profile_index: int) -> int:
+        """The double's stand-in: 4 x the inputs' bytes at the profile's largest shapes, in 256-byte units."""
+        total = 0
+        for node, mode in self.io:
+            if mode is TensorIOMode.INPUT:
+                shape = self.get_tensor_profile_shape(node.name, profile_index)[2]
+                total += int(np.prod(shape)) * np.dtype(nptype(ORT_TYPES[node.type])).itemsize
+        return -(-4 * total // 256) * 256
+
+    @property
+    def device_memory_size_v2(self) -> int:
+        return max(self.get_device_memory_size_for_profile_v2(p) for p in range(len(self.profiles)))
+
+    def create_execution_context(self, strategy=ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext:
+        return IExecutionContext(self, ExecutionContextAllocationStrategy(int(strategy)))
 
 
 class IExecutionContext:
-    def __init__(self, engine: ICudaEngine) -> None:
+    def __init__(self, engine: ICudaEngine, strategy: ExecutionContextAllocationStrategy) -> None:
         self.engine = engine
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.executions = 0
-        self.profile = 0
+        self.profile = 0  # "The newly created execution context will be assigned optimization profile 0."
         self.warm: tuple | None = None  # the bindings of the last ordinary enqueue
+        self.own_memory = cuda.mem_alloc(engine.device_memory_size_v2) \
+            if strategy is ExecutionContextAllocationStrategy.STATIC else None
+        self.memory: int | None = None if self.own_memory is None else int(self.own_memory)
+        if self.own_memory is not None:
+            weakref.finalize(self, self.own_memory.free)
 
-    def set_optimization_profile_async(self, index: int, stream_handle: int) -> bool:
-        if not 0 <= index < len(self.engine.profiles):
-            return False
-        self.profile = index
+    def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
+        holder = self.engine.chosen.get(profile_index)
+        if not 0 <= profile_index < len(self.engine.profiles) or (holder is not None and holder() not in (None, self)):
+            raise RuntimeError("Error in set optimization profile async.")  # PY_ASSERT_RUNTIME_ERROR
+        self.engine.chosen[profile_index] = weakref.ref(self)
+        self.profile = profile_index
         self.shapes.clear()
         return True
+
+    def set_device_memory(self, memory: int, size: int) -> None:
+        try:
+            device = cuda.region_of(int(memory), max(size, 1)).device
+        except cuda.LogicError:
+            device = False
+        if not device or int(memory) % 256 or size < self.engine.device_memory_size_v2:
+            raise RuntimeError(f"set_device_memory: need 256-byte aligned device memory of at least "
+                               f"{self.engine.device_memory_size_v2} bytes")
+        self.memory = int(memory)
 
     def set_input_shape(self, name: str, shape) -> bool:
         node, mode = self.engine._node(name)
@@ -542,39 +453,48 @@ class IExecutionContext:
         return [node.name for node, mode in self.engine.io if mode is TensorIOMode.INPUT and node.name not in self.shapes]
 
     def execute_async_v3(self, stream_handle: int) -> bool:
-        stream = _streams.get(stream_handle)
-        if stream is None or current() is None or self.infer_shapes() or len(self.addresses) < len(self.engine.io):
+        stream = cuda.stream_of(stream_handle)
+        if cuda.RUNTIME.cudaGetLastError():  # TensorRT reports the error a failed capture left
+            return False
+        if stream is None or cuda.current() is None or self.memory is None or self.infer_shapes() or \
+                len(self.addresses) < len(self.engine.io):
             return False
         bound = (tuple(sorted(self.shapes.items())), tuple(sorted(self.addresses.items())))
-        if stream.captured is not None and self.warm != bound:
-            return False  # TensorRT: enqueue once, outside capture, before capturing these bindings
-        if stream.captured is None:
+        if stream.captured is not None:
+            if self.warm != bound:
+                return False  # enqueue once, outside capture, before capturing these bindings
+            if self.engine.onnx.rsplit("/", 1)[-1] in CAPTURE_UNSAFE:
+                stream.invalidated = True
+                cuda.RUNTIME.fail(cuda.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+                return False
+        else:
             self.warm = bound
+        for other in cuda._streams.values():
+            if other is not stream and any(w.activations == self.memory for w in other.pending):
+                raise cuda.LogicError("activation memory shared by contexts running in parallel")
         shapes, addresses = dict(self.shapes), dict(self.addresses)
+        outputs = [node for node, mode in self.engine.io if mode is TensorIOMode.OUTPUT]
 
-        def work() -> None:
+        def run() -> None:
             feeds = {}
             for node, mode in self.engine.io:
                 if mode is TensorIOMode.INPUT:
                     dtype = np.dtype(nptype(ORT_TYPES[node.type]))
-                    feeds[node.name] = device_view(addresses[node.name], shapes[node.name], dtype).copy()
-            outputs = self.engine.session.run(None, feeds)
-            for (node, _), value in zip([io for io in self.engine.io if io[1] is TensorIOMode.OUTPUT], outputs):
-                device_view(addresses[node.name], value.shape, value.dtype)[...] = value
+                    feeds[node.name] = cuda.device_view(addresses[node.name], shapes[node.name], dtype).copy()
+            for node, value in zip(outputs, self.engine.session.run(None, feeds)):
+                cuda.device_view(addresses[node.name], value.shape, value.dtype)[...] = value
             self.executions += 1
+
+        writes = [_rest_of_allocation(addresses[node.name]) for node in outputs]  # output sizes are TensorRT's to know
+        work = cuda.Work(run, writes, "enqueueV3", touches=[(a, 1) for a in addresses.values()] + [(self.memory, 1)])
+        work.activations = self.memory
         stream.enqueue(work)
         return True
 
 
-class Runtime:
-    def __init__(self, logger: Logger) -> None:
-        self.logger = logger
-
-    def deserialize_cuda_engine(self, data: bytes) -> ICudaEngine | None:
-        try:
-            return ICudaEngine(json.loads(data))
-        except (ValueError, KeyError):
-            return None
+def _rest_of_allocation(address: int) -> tuple[int, int]:
+    region = cuda.region_of(address)
+    return address, region.address + region.size - address
 
 
 # ----------------------------------------------------------------------------------------- install
@@ -585,21 +505,30 @@ def install(monkeypatch) -> types.SimpleNamespace:
     this = sys.modules[__name__]
     trt = types.ModuleType("tensorrt")
     for name in ("__version__", "DataType", "nptype", "TensorIOMode", "Logger", "NetworkDefinitionCreationFlag",
-                 "BuilderFlag", "MemoryPoolType", "OnnxParser", "Builder", "Runtime", "ICudaEngine",
-                 "IExecutionContext"):
+                 "BuilderFlag", "MemoryPoolType", "ExecutionContextAllocationStrategy", "OnnxParser", "Builder",
+                 "Runtime", "ICudaEngine", "IExecutionContext", "IHostMemory"):
         setattr(trt, name, getattr(this, name))
     driver = types.ModuleType("pycuda.driver")
-    for name in ("init", "Device", "Context", "Stream", "pagelocked_zeros", "host_alloc_flags", "mem_alloc",
-                 "memset_d8", "memset_d8_async", "Memcpy2D"):
-        setattr(driver, name, getattr(this, name))
+    for name in ("init", "Device", "Context", "Stream", "Error", "LogicError", "pagelocked_zeros", "host_alloc_flags",
+                 "mem_alloc", "mem_alloc_pitch", "mem_get_info", "memset_d8", "memset_d8_async", "memcpy_htod",
+                 "memcpy_dtod_async", "Memcpy2D", "module_from_buffer"):
+        setattr(driver, name, getattr(cuda, name))
+    compiler = types.ModuleType("pycuda.compiler")
+    compiler.compile = cuda.compile  # type: ignore[attr-defined]
     pycuda = types.ModuleType("pycuda")
-    pycuda.driver = driver  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tensorrt", trt)
-    monkeypatch.setitem(sys.modules, "pycuda", pycuda)
-    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    pycuda.driver, pycuda.compiler = driver, compiler  # type: ignore[attr-defined]
+    for name, module in (("tensorrt", trt), ("pycuda", pycuda), ("pycuda.driver", driver),
+                         ("pycuda.compiler", compiler)):
+        monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.delitem(sys.modules, "edged.backends.tensorrt", raising=False)
     from edged.backends import cuda_graph
 
-    libcuda = Driver()
+    libcuda = cuda.Driver()
+    cuda.RUNTIME = cuda.CudaRuntime()
     monkeypatch.setattr(cuda_graph, "driver", lambda: libcuda)
-    return types.SimpleNamespace(trt=trt, driver=driver, libcuda=libcuda)
+    monkeypatch.setattr(cuda_graph, "runtime", lambda: cuda.RUNTIME)
+    CAPTURE_UNSAFE.clear()
+    return types.SimpleNamespace(trt=trt, driver=driver, libcuda=libcuda, runtime=cuda.RUNTIME)
+
+
+stack_depth = cuda.stack_depth

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The memory a TensorRT daemon claims for an artifact, part by part, against an 8 GB Orin Nano and a
+64 GB AGX Orin (docs/jetson.md "Memory plan").
+
+    python scripts/memory_plan.py --artifact A-fp16 --artifact A-int4 [--max-batch 4] [--max-seq 1024]
+
+What this machine can measure, it measures: the weights the device engines hold (their graphs'
+initializers, which TensorRT keeps in their types: INT4 stays packed), every buffer the daemon claims
+at boot (the runtime's own report, `Core.preallocate()`, booted here on ONNX Runtime: the same
+buffers, in the same types, as on TensorRT), the host tables and the CUDA graphs the boot captures
+(the plans marked for a graph). What only a device can report is estimated, and marked so:
+TensorRT's activation block (the attention scores and softmax of a max_seq prefill and two of its
+MLP activations, fp32: what the largest engine holds live at once), each CUDA graph's memory, and
+the CUDA context with TensorRT's libraries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edged.artifact import load_artifact
+from edged.backends import make_backend
+from edged.core import Core
+
+DEVICE_GRAPHS = ("talker", "code_predictor", "code_predictor_draft", "vocoder")
+BYTES = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.INT8: 1, TensorProto.INT4: 0.5,
+         TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.BOOL: 1}
+DEVICE_PARTS = ("kv_cache", "kv_scratch", "predictor_heads", "vocoder_state")
+GRAPH_MIB = 0.5
+"""Estimate: one captured step's executable graph (a few hundred kernel nodes of about 1-2 KB each)."""
+RUNTIME_MIB = (600, 900)
+"""Estimate: the CUDA context, cuBLAS/cuDNN handles and TensorRT's libraries on an Orin (JetPack 6)."""
+DEVICES = {"Orin Nano 8 GB": (8 * 1024, 1200), "AGX Orin 64 GB": (64 * 1024, 1500)}
+"""name -> (MiB of DRAM, MiB the OS and JetPack's services keep, headless; an estimate)."""
+
+
+def weights_mib(path: Path) -> float:
+    model = onnx.load(str(path), load_external_data=False)
+    total = 0.0
+    for init in model.graph.initializer:
+        count = 1
+        for d in init.dims:
+            count *= d
+        total += count * BYTES.get(init.data_type, 4)
+    return total / 2**20
+
+
+def activations_mib(heads: int, intermediate: int, t: int) -> float:
+    """Estimate: a T-row prefill's attention scores and softmax [heads, T, T] and two MLP activations
+    [T, intermediate], fp32."""
+    return (2 * heads * t * t + 2 * t * intermediate) * 4 / 2**20
+
+
+def plan(path: Path, max_batch: int, max_seq: int, heads: int, intermediate: int) -> dict[str, tuple[float, str]]:
+    """part -> (MiB, where it lives / how it was had)."""
+    a = replace(load_artifact(path), max_batch=max_batch, max_seq=max_seq)
+    core = Core(a, make_backend("onnxruntime", threads=1))
+    claimed = core.preallocate()
+    t = core.talker
+    graphs = sum(p.graphed for plans in t.decode_plans for p in plans.values()) + \
+        sum(p.graphed for p in t.predictor_plans) + sum(p.graphed for p in core.vocoder.plans.values())
+    tables = sum(x.nbytes for x in a.tables().values()) - t.cp_heads.nbytes  # the heads went to the device
+    device = sum(claimed[k] for k in DEVICE_PARTS if k in claimed)
+    pinned = sum(v for k, v in claimed.items() if k not in DEVICE_PARTS)
+    return {
+        "weights (device engines)": (sum(weights_mib(a.file(g)) for g in DEVICE_GRAPHS), "device; measured"),
+        "KV cache, K/V scratch, predictor heads, vocoder state": (device / 2**20, "device; measured"),
+        "step I/O, text track, vocoder windows, codec port": (pinned / 2**20, "pinned host; measured"),
+        "host tables (embeddings)": (tables / 2**20, "host; measured"),
+        "activations (one shared block)": (activations_mib(heads, intermediate, max_seq), "device; estimate"),
+        f"CUDA graphs ({graphs} at boot)": (graphs * GRAPH_MIB, "device; estimate"),
+        "CUDA context, TensorRT libraries": (sum(RUNTIME_MIB) / 2, "estimate"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--artifact", type=Path, action="append", required=True)
+    p.add_argument("--max-batch", type=int, default=4)
+    p.add_argument("--max-seq", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=16, help="the talker's query heads (Qwen3-TTS 0.6B: 16)")
+    p.add_argument("--intermediate", type=int, default=3072, help="the talker's MLP width (Qwen3-TTS 0.6B: 3072)")
+    args = p.parse_args(argv)
+    print(f"command: python {' '.join(sys.argv)}\n")
+    plans = {path: plan(path, args.max_batch, args.max_seq, args.heads, args.intermediate) for path in args.artifact}
+    names = [load_artifact(path) for path in args.artifact]
+    header = " | ".join(f"{a.weights if a.weights != 'fp32' else a.precision} MiB" for a in names)
+    print(f"| part | {header} | where; how |\n|---|{'---|' * len(names)}---|")
+    for part in next(iter(plans.values())):
+        cells = " | ".join(f"{plans[path][part][0]:.0f}" for path in args.artifact)
+        print(f"| {part} | {cells} | {next(iter(plans.values()))[part][1]} |")
+    totals = [sum(v for v, _ in plans[path].values()) for path in args.artifact]
+    print(f"| total | {' | '.join(f'{t:.0f}' for t in totals)} | |\n")
+    for device, (dram, os_mib) in DEVICES.items():
+        left = " | ".join(f"{dram - os_mib - t:.0f}" for t in totals)
+        print(f"| {device}: left after the OS (~{os_mib} MiB, estimate) and the daemon | {left} | |")
+    print(f"\nmax_batch {args.max_batch}, max_seq {args.max_seq}; plan files are memory-mapped (page cache, "
+          f"reclaimable), not counted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

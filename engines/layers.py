@@ -8,38 +8,12 @@ M-RoPE position rows, so the interleaved multimodal RoPE of the references is pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from engines.config import MoEConfig, StackConfig
+
 NEG_INF = float("-inf")
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    """One decoder-only transformer stack (talker or code predictor)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    rms_eps: float
-    rope_theta: float
-
-
-def stack_config(c: dict) -> StackConfig:
-    """A StackConfig from an HF config section."""
-    heads = c["num_attention_heads"]
-    return StackConfig(
-        hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=heads,
-        kv_heads=c.get("num_key_value_heads") or heads,
-        head_dim=c.get("head_dim") or c["hidden_size"] // heads,
-        intermediate=c["intermediate_size"], rms_eps=c.get("rms_norm_eps", 1e-6),
-        rope_theta=c.get("rope_theta", 10000.0),
-    )
 
 
 class RMSNorm(nn.Module):
@@ -142,17 +116,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-@dataclass(frozen=True)
-class MoEConfig:
-    """A sparse mixture-of-experts MLP with a gated shared expert (Qwen3-Omni's talker)."""
-
-    experts: int
-    top_k: int
-    expert_width: int
-    shared_width: int
-    norm_topk_prob: bool
 
 
 class MoE(nn.Module):

@@ -23,7 +23,7 @@ def export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[
         module.eval(), args, dynamo=True, opset_version=OPSET, input_names=inputs, output_names=outputs,
         dynamic_shapes=dynamic, optimize=True, verbose=False,
     )
-    program.save(str(path))
+    save_program(program, path)
     model = onnx.load(str(path), load_external_data=False)
     got = [i.name for i in model.graph.input]
     if got != inputs:
@@ -31,6 +31,14 @@ def export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[
     check_dynamic(model, path.name, dynamic)
     inline_external_data(path)
     return {"inputs": inputs, "outputs": outputs}
+
+
+def save_program(program: torch.onnx.ONNXProgram, path: Path, external_data: bool | None = None) -> None:
+    """Save an exported program without the exporter's per-node provenance (source lines and the
+    addresses of Python functions), so the same module exports to the same bytes."""
+    for node in program.model.graph.all_nodes():
+        node.metadata_props.clear()
+    program.save(str(path), external_data=external_data)
 
 
 def check_dynamic(model: onnx.ModelProto, name: str, dynamic: tuple) -> None:

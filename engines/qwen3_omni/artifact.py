@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Manifest, Speaker
 from engines.qwen3_omni.codec import load_omni_codec
-from engines.qwen3_omni.model import Qwen3OmniConfig, load_qwen3_omni
+from engines.qwen3_omni.config import Qwen3OmniConfig
+from engines.qwen3_omni.model import load_qwen3_omni
 from engines.qwen3_tts.artifact import graph_specs, host_tables
 from engines.qwen3_tts.codec_export import export_codec
 from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
@@ -42,7 +43,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
     if not (checkpoint / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{checkpoint}: no tokenizer.json")
     cfg, talker, predictor, tables = load_qwen3_omni(checkpoint)
-    codec_config, codec = load_omni_codec(checkpoint)
+    codec = load_omni_codec(checkpoint, cfg.codec)
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
@@ -55,13 +56,12 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
         save_file({**host_tables(tables), **predictor_tables(predictor), **hidden_projection},
                   str(out / FILES["embeddings"]))
     shutil.copyfile(checkpoint / "tokenizer.json", out / FILES["tokenizer"])
-    manifest = _manifest(cfg, tensors, max_batch, max_seq, codec_config.samples_per_frame, codec_config.lead_samples)
+    manifest = _manifest(cfg, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
     return manifest
 
 
-def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int, samples_per_frame: int,
-              lead_samples: int) -> Manifest:
+def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
     t = cfg.talker
     media = {"audio_token": cfg.media["audio_token_id"], "image_token": cfg.media["image_token_id"],
              "video_token": cfg.media["video_token_id"]}
@@ -72,7 +72,7 @@ def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int,
                   codebook_size=cfg.codebook_size),
         max_batch=max_batch, max_seq=max_seq, special={**cfg.special, **media},
         speakers={name: Speaker(i) for name, i in cfg.speakers.items()}, languages={},
-        sample_rate=24000, samples_per_frame=samples_per_frame, sampling=dict(SAMPLING),
+        sample_rate=cfg.codec.output_sample_rate, samples_per_frame=cfg.codec.samples_per_frame, sampling=dict(SAMPLING),
         graphs=graph_specs(FILES, tensors), files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
-        layout="segments", lead_samples=lead_samples,
+        layout="segments", lead_samples=cfg.codec.lead_samples,
     )

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
-from engines.qwen3_tts.model import Qwen3TTSConfig, load_qwen3_tts
+from engines.qwen3_tts.config import Qwen3TTSConfig
+from engines.qwen3_tts.model import load_qwen3_tts
 from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
 
 FILES = {
@@ -35,7 +36,6 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
     if max_batch < 1 or max_seq < 16:
         raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
     cfg, talker, predictor, tables = load_qwen3_tts(checkpoint)
-    codec = json.loads((checkpoint / "speech_tokenizer" / "config.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
@@ -48,7 +48,7 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
             tensors.update(export_clone_encoder(checkpoint, out))
         save_file({**host_tables(tables), **predictor_tables(predictor)}, str(out / FILES["embeddings"]))
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
-    manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
+    manifest = _manifest(cfg, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
     return manifest
 
@@ -123,7 +123,7 @@ def graph_specs(files: dict[str, str], tensors: dict) -> dict[str, Graph]:
             for role, g in tensors.items()}
 
 
-def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
+def _manifest(cfg: Qwen3TTSConfig, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
     t = cfg.talker
     graphs = graph_specs(FILES, tensors)
     return Manifest(
@@ -133,7 +133,7 @@ def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, m
                   codebook_size=cfg.codebook_size),
         max_batch=max_batch, max_seq=max_seq, special=dict(cfg.special),
         speakers={name: Speaker(s["id"], s["dialect"]) for name, s in cfg.speakers.items()},
-        languages=dict(cfg.languages), sample_rate=int(codec.get("output_sample_rate", 24000)),
-        samples_per_frame=int(codec.get("decode_upsample_rate", 1920)), sampling=dict(cfg.sampling),
+        languages=dict(cfg.languages), sample_rate=cfg.codec.output_sample_rate,
+        samples_per_frame=cfg.codec.decode_upsample_rate, sampling=dict(cfg.sampling),
         graphs=graphs, files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
     )

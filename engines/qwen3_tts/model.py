@@ -17,98 +17,15 @@ plain MatMuls over the cache with no transpose of the cache in the graph.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from engines.layers import Stack, StackConfig, stack_config
+from engines.layers import Stack
+from engines.qwen3_tts.config import Qwen3TTSConfig
 from engines.sampling import sample
-
-# ----------------------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class Qwen3TTSConfig:
-    talker: StackConfig
-    predictor: StackConfig
-    vocab: int  # talker codec vocabulary (codes + specials)
-    codebook_size: int  # code predictor vocabulary
-    code_groups: int
-    text_vocab: int
-    text_hidden: int
-    special: dict[str, int]
-    speakers: dict[str, dict]
-    languages: dict[str, int]
-    model_type: str = "custom_voice"
-    instruct: bool = True  # qwen-tts drops instruct for the 0.6B CustomVoice model ("0b6")
-    sampling: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: Path) -> Qwen3TTSConfig:
-        cfg = _read_json(checkpoint / "config.json")
-        t = _key(cfg, "talker_config", "config.json")
-        cp = _key(t, "code_predictor_config", "config.json: talker_config")
-        for where, c in (("talker_config", t), ("code_predictor_config", cp)):
-            if c.get("attention_bias"):
-                raise ValueError(f"config.json: {where}.attention_bias=true is not supported")
-        if cp.get("num_code_groups", t["num_code_groups"]) != t["num_code_groups"]:
-            raise ValueError("config.json: code_predictor_config.num_code_groups differs from the talker's")
-        model_type = cfg.get("tts_model_type") or "custom_voice"
-        if model_type not in ("custom_voice", "voice_design", "base"):
-            raise ValueError(f"config.json: tts_model_type {model_type!r} is not supported "
-                             f"(custom_voice, voice_design, base)")
-        size = cfg.get("tts_model_size")
-        gen = _read_json(checkpoint / "generation_config.json") if (checkpoint / "generation_config.json").exists() else {}
-        dialects = t.get("spk_is_dialect") or {}
-        return cls(
-            talker=stack_config(t),
-            predictor=stack_config(cp),
-            vocab=t["vocab_size"],
-            codebook_size=cp["vocab_size"],
-            code_groups=t["num_code_groups"],
-            text_vocab=_key(t, "text_vocab_size", "config.json: talker_config"),
-            text_hidden=t["text_hidden_size"],
-            special={
-                "codec_pad": t["codec_pad_id"], "codec_bos": t["codec_bos_id"],
-                "codec_eos": t["codec_eos_token_id"], "codec_think": t["codec_think_id"],
-                "codec_nothink": t["codec_nothink_id"], "codec_think_bos": t["codec_think_bos_id"],
-                "codec_think_eos": t["codec_think_eos_id"],
-                "tts_pad": cfg["tts_pad_token_id"], "tts_bos": cfg["tts_bos_token_id"],
-                "tts_eos": cfg["tts_eos_token_id"], "im_start": cfg["im_start_token_id"],
-                "im_end": cfg["im_end_token_id"],
-            },
-            speakers={
-                name.lower(): {"id": int(i), "dialect": dialects.get(name) or None}
-                for name, i in (t.get("spk_id") or {}).items()
-            },
-            languages={k.lower(): int(v) for k, v in (t.get("codec_language_id") or {}).items()},
-            model_type=model_type,
-            # the wrapper's own test, a substring check: `if tts_model_size in "0b6": instruct = None`
-            instruct=not (model_type == "custom_voice" and isinstance(size, str) and size in "0b6"),
-            sampling={
-                "temperature": gen.get("temperature", 0.9), "top_k": gen.get("top_k", 50),
-                "top_p": gen.get("top_p", 1.0), "repetition_penalty": gen.get("repetition_penalty", 1.05),
-                "cp_temperature": gen.get("subtalker_temperature", 0.9),
-                "cp_top_k": gen.get("subtalker_top_k", 50), "cp_top_p": gen.get("subtalker_top_p", 1.0),
-            },
-        )
-
-
-def _read_json(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"{path.name}: missing from the checkpoint")
-    return json.loads(path.read_text())
-
-
-def _key(d: dict, key: str, where: str):
-    if key not in d:
-        raise KeyError(f"{where}: missing key {key!r}")
-    return d[key]
-
 
 # ----------------------------------------------------------------------------------------- graphs
 

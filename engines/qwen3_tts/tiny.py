@@ -30,9 +30,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.qwen3_tts.reference import import_qwen_tts
 from engines.tiny_text import SPECIAL_TOKENS, write_json, write_text_tokenizer
-from engines.tiny_weights import reinit
 
 # ----------------------------------------------------------------------------------- real values
 
@@ -164,22 +162,54 @@ def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice") 
 
 
 def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
-    if kind not in KINDS:
-        raise ValueError(f"unknown checkpoint kind {kind!r}; known: {', '.join(KINDS)}")
+    from engines.qwen3_tts.reference import import_qwen_tts
+    from engines.tiny_weights import reinit
+
     import_qwen_tts()
-    from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model
-    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
+    from qwen_tts.core import Qwen3TTSTokenizerV2Model
+    from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
     from transformers import EncodecFeatureExtractor
     from transformers.modeling_utils import no_init_weights
 
     out.mkdir(parents=True, exist_ok=True)
-    tok = write_text_tokenizer(out)
+    config, st_config = configs(dims, kind, write_text_tokenizer(out))
+    # Skip the HF init: every tensor is overwritten by `_reinit` anyway, and at the real sizes the
+    # default init would double the build time.
+    with no_init_weights():
+        model = Qwen3TTSForConditionalGeneration(config)
+    reinit(model, seed, tag, "model", gains=GAINS, norm_means=NORM_MEANS)
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
+    del model
+    fix_speaker_encoder_config(out, dims)
+    # qwen-tts reads this file as the generate defaults; HF may have written its own version.
+    write_json(out / "generation_config.json", GENERATION_CONFIG)
+
+    st_dir = out / "speech_tokenizer"
+    with no_init_weights():
+        speech = Qwen3TTSTokenizerV2Model(st_config)
+    reinit(speech, seed, tag, "speech_tokenizer", gains=GAINS, norm_means=NORM_MEANS)
+    speech.save_pretrained(st_dir, safe_serialization=True, max_shard_size="100GB")
+    del speech
+    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0).save_pretrained(st_dir)
+    return out
+
+
+def configs(dims: Dims, kind: str, tok, classes: tuple | None = None) -> tuple:
+    """The model's and the speech tokenizer's config objects, made with qwen-tts's own classes
+    (`classes` = (Qwen3TTSConfig, Qwen3TTSTokenizerV2Config); imported from qwen_tts when None)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; known: {', '.join(KINDS)}")
+    if classes is None:
+        from qwen_tts.core import Qwen3TTSTokenizerV2Config
+        from qwen_tts.core.models import Qwen3TTSConfig
+
+        classes = (Qwen3TTSConfig, Qwen3TTSTokenizerV2Config)
+    model_class, speech_class = classes
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     text_vocab = dims.text_vocab or tok.get_vocab_size()
     if text_vocab < tok.get_vocab_size():
         raise ValueError(f"text_vocab {text_vocab} is smaller than the tokenizer ({tok.get_vocab_size()})")
-
-    config = Qwen3TTSConfig(
+    config = model_class(
         talker_config=_talker_config(dims, text_vocab, kind),
         speaker_encoder_config=_speaker_encoder_config(dims),
         tokenizer_type="qwen3_tts_tokenizer_12hz",
@@ -192,24 +222,7 @@ def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
         tts_eos_token_id=ids["<tts_text_eod>"],
         assistant_token_id=tok.token_to_id("assistant"),
     )
-    # Skip the HF init: every tensor is overwritten by `_reinit` anyway, and at the real sizes the
-    # default init would double the build time.
-    with no_init_weights():
-        model = Qwen3TTSForConditionalGeneration(config)
-    reinit(model, seed, tag, "model", gains=GAINS, norm_means=NORM_MEANS)
-    model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
-    del model
-    # Qwen3TTSSpeakerEncoderConfig takes no **kwargs, so the `model_type` key HF serializes into it
-    # breaks loading; the real checkpoints store only enc_dim and sample_rate (the real encoder sizes
-    # are the class's defaults), tiny ones their smaller sizes too.
-    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    saved["speaker_encoder_config"] = _speaker_encoder_config(dims)
-    write_json(out / "config.json", saved)
-    # qwen-tts reads this file as the generate defaults; HF may have written its own version.
-    write_json(out / "generation_config.json", GENERATION_CONFIG)
-
-    st_dir = out / "speech_tokenizer"
-    st_config = Qwen3TTSTokenizerV2Config(
+    speech = speech_class(
         encoder_config=_mimi_config(dims),
         decoder_config=_decoder_config(dims),
         encoder_valid_num_quantizers=dims.groups,
@@ -218,13 +231,16 @@ def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
         decode_upsample_rate=SAMPLES_PER_FRAME,
         encode_downsample_rate=SAMPLES_PER_FRAME,
     )
-    with no_init_weights():
-        speech = Qwen3TTSTokenizerV2Model(st_config)
-    reinit(speech, seed, tag, "speech_tokenizer", gains=GAINS, norm_means=NORM_MEANS)
-    speech.save_pretrained(st_dir, safe_serialization=True, max_shard_size="100GB")
-    del speech
-    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0).save_pretrained(st_dir)
-    return out
+    return config, speech
+
+
+def fix_speaker_encoder_config(out: Path, dims: Dims) -> None:
+    """Qwen3TTSSpeakerEncoderConfig takes no **kwargs, so the `model_type` key HF serializes into it
+    breaks loading; the real checkpoints store only enc_dim and sample_rate (the real encoder sizes
+    are the class's defaults), tiny ones their smaller sizes too."""
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    saved["speaker_encoder_config"] = _speaker_encoder_config(dims)
+    write_json(out / "config.json", saved)
 
 
 def _speaker_encoder_config(d: Dims) -> dict:

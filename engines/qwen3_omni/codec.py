@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from safetensors import safe_open
-
 from engines.config import Section
 from engines.qwen3_tts.codec import Codec, CodecConfig, read_codec
+from engines.weights import Checkpoint
 
 SAMPLE_RATE = 24000
 """Hz: code2wav's output rate. No config key holds it; the library's generate returns 24 kHz audio."""
@@ -32,26 +31,18 @@ def codec_config(code2wav: Section) -> CodecConfig:
 def load_omni_codec(checkpoint: Path, config: CodecConfig) -> Codec:
     """The code2wav of a Qwen3-Omni checkpoint (`config`: its code2wav_config); strict both ways (a
     missing, misshapen or unused `code2wav.*` tensor is an error naming it)."""
-    checkpoint = Path(checkpoint)
+    store = Checkpoint(checkpoint)
     codec = Codec(config)
-    state, used, available = {}, set(), {}
-    for path in sorted(checkpoint.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            keys = list(f.keys())
-            for key in keys:
-                if key.startswith("code2wav."):
-                    available[key] = f.get_tensor(key).float()
-    for name, expected in codec.state_dict().items():
+    available = {key for key in store.files if key.startswith("code2wav.")}
+    targets = codec.state_dict()
+    for name, target in targets.items():  # each copied into place as it is read
         key = f"code2wav.{name}"
         if key not in available:
-            raise ValueError(f"{checkpoint.name}: missing tensor {key!r} needed by the vocoder")
-        if available[key].shape != expected.shape:
-            raise ValueError(f"{checkpoint.name}: {key!r} has shape {tuple(available[key].shape)}, "
-                             f"expected {tuple(expected.shape)}")
-        state[name] = available[key]
-        used.add(key)
-    unused = sorted(set(available) - used)
+            raise ValueError(f"{store.directory}: missing tensor {key!r} needed by the vocoder")
+        if store.shape(key) != tuple(target.shape):
+            raise ValueError(f"{store.where(key)} has shape {store.shape(key)}, expected {tuple(target.shape)}")
+        target.copy_(store.read(key))
+    unused = sorted(available - {f"code2wav.{name}" for name in targets})
     if unused:
-        raise ValueError(f"{checkpoint.name}: code2wav tensors this port does not use: {', '.join(unused)}")
-    codec.load_state_dict(state, strict=True)
+        raise ValueError(f"{store.directory}: code2wav tensors this port does not use: {', '.join(unused)}")
     return codec.eval()

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from engines.config import Section, head_dim, read_rope
@@ -47,6 +46,7 @@ from engines.qwen3_tts.codec_layers import (
     Stateful,
     Transformer,
 )
+from engines.weights import Checkpoint
 
 CODEBOOK_EPS = 1e-5  # EuclideanCodebook clamps cluster_usage to this before dividing
 
@@ -271,35 +271,32 @@ def state_specs(config: CodecConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def load_codec(checkpoint_dir: str | Path) -> tuple[CodecConfig, Codec]:
-    """Builds the decoder from `<checkpoint_dir>/speech_tokenizer/{config.json,model.safetensors}`.
+    """Builds the decoder from `<checkpoint_dir>/speech_tokenizer/` (config.json, and the weights in
+    one file or shards), reading only the decoder's tensors, one at a time.
 
     Strict both ways: every tensor the decoder needs must be present with the expected shape, and
     every `decoder.*` tensor must be used (other than the quantizer's encode-only input_proj); the
     errors name the checkpoint keys. The Mimi encoder's tensors are ignored. Weights load as float32.
     """
     config = CodecConfig.from_checkpoint(checkpoint_dir)
-    path = Path(checkpoint_dir) / "speech_tokenizer" / "model.safetensors"
+    store = Checkpoint(Path(checkpoint_dir) / "speech_tokenizer")
     codec = Codec(config)
     used: set[str] = set()
-    with safe_open(str(path), framework="pt") as f:
-        available = set(f.keys())
 
-        def take(key: str) -> torch.Tensor:
-            if key not in available:
-                raise ValueError(f"{path}: missing tensor {key!r} needed by the vocoder")
-            used.add(key)
-            return f.get_tensor(key).float()
+    def take(key: str) -> torch.Tensor:
+        if key not in store:
+            raise ValueError(f"{store.directory}: missing tensor {key!r} needed by the vocoder")
+        used.add(key)
+        return store.read(key)
 
-        state = {}
-        for name, expected in codec.state_dict().items():
-            key, tensor = _checkpoint_tensor(name, take, config)
-            if tensor.shape != expected.shape:
-                raise ValueError(f"{path}: {key!r} has shape {tuple(tensor.shape)}, expected {tuple(expected.shape)}")
-            state[name] = tensor
-    unused = sorted(k for k in available - used - _ENCODE_ONLY if k.startswith("decoder."))
+    for name, target in codec.state_dict().items():  # each copied into place as it is read
+        key, tensor = _checkpoint_tensor(name, take, config)
+        if tensor.shape != target.shape:
+            raise ValueError(f"{store.where(key)} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
+        target.copy_(tensor)
+    unused = sorted(k for k in set(store.files) - used - _ENCODE_ONLY if k.startswith("decoder."))
     if unused:
-        raise ValueError(f"{path}: decoder tensors this port does not use: {', '.join(unused)}")
-    codec.load_state_dict(state, strict=True)
+        raise ValueError(f"{store.directory}: decoder tensors this port does not use: {', '.join(unused)}")
     return config, codec.eval()
 
 

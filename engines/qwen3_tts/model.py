@@ -20,12 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from engines.layers import Stack
 from engines.qwen3_tts.config import Qwen3TTSConfig
 from engines.sampling import sample
+from engines.weights import Checkpoint, Source, Weights, by_prefix, fake, renamed, stacked
 
 # ----------------------------------------------------------------------------------------- graphs
 
@@ -76,58 +76,67 @@ class CodePredictorFrame(nn.Module):
         return torch.stack(codes, dim=1), codec_sum
 
 
-# ----------------------------------------------------------------------------------------- loading
+# ----------------------------------------------------------------------------------------- weights
+
+TALKER_KEYS = {"talker.model.": "talker.model.", "talker.codec_head.": "talker.codec_head."}
+PREDICTOR_KEYS = {
+    "predictor.codec_embedding.": "talker.model.codec_embedding.",
+    "predictor.model.": "talker.code_predictor.model.",
+    "predictor.cp_embedding.": "talker.code_predictor.model.codec_embedding.",
+    "predictor.lm_head.": "talker.code_predictor.lm_head.",
+    "predictor.small_to_mtp_projection.": "talker.code_predictor.small_to_mtp_projection.",
+}
+"""Module tensor names (the graphs' roots: `talker.`, `predictor.`) -> checkpoint key prefixes."""
+
+
+def modules(cfg: Qwen3TTSConfig) -> tuple[Talker, CodePredictorFrame]:
+    """The talker and code predictor with shapes but no weights (engines.weights.fake)."""
+    return fake(lambda: Talker(cfg)), fake(lambda: CodePredictorFrame(cfg))
+
+
+def weights(checkpoint: Path, cfg: Qwen3TTSConfig, talker: Talker, predictor: CodePredictorFrame) -> Weights:
+    """Where the graphs' and the host tables' tensors come from in a Qwen3-TTS checkpoint; checked."""
+    sources = {**_prefixed(talker, "talker.", TALKER_KEYS), **_prefixed(predictor, "predictor.", PREDICTOR_KEYS),
+               **predictor_table_sources(cfg, "talker.code_predictor."),
+               **projection_sources("text_projection", "talker.text_projection", cfg.text_hidden, cfg.text_hidden,
+                                    cfg.talker.hidden),
+               "text_embedding": renamed("talker.model.text_embedding.weight", (cfg.text_vocab, cfg.text_hidden)),
+               "codec_embedding": renamed("talker.model.codec_embedding.weight", (cfg.vocab, cfg.talker.hidden))}
+    result = Weights(Checkpoint(checkpoint), sources)
+    result.check({"talker.": talker, "predictor.": predictor})
+    return result
+
+
+def _prefixed(module: nn.Module, prefix: str, keys: dict[str, str]) -> dict:
+    return by_prefix(module, {m.removeprefix(prefix): k for m, k in keys.items()}, prefix)
+
+
+def predictor_table_sources(cfg, prefix: str) -> dict[str, Source]:
+    """The code predictor's host tables: its heads stacked [G-1, Hc, Vc] and its residual codec
+    embeddings stacked [G-1, Vc, H] (checkpoint `<prefix>lm_head.{g}`, `<prefix>model.codec_embedding.{g}`)."""
+    groups = range(cfg.code_groups - 1)
+    return {"cp_heads": stacked([f"{prefix}lm_head.{g}.weight" for g in groups],
+                                (cfg.codebook_size, cfg.predictor.hidden), transposed=True),
+            "cp_codec_embedding": stacked([f"{prefix}model.codec_embedding.{g}.weight" for g in groups],
+                                          (cfg.codebook_size, cfg.talker.hidden), transposed=False)}
+
+
+def projection_sources(name: str, key: str, width_in: int, width: int, width_out: int) -> dict[str, Source]:
+    """A two-layer projection MLP's tensors (`<key>.linear_fc1/2`), as `<name>.fc1/2.weight/bias`."""
+    return {f"{name}.fc1.weight": renamed(f"{key}.linear_fc1.weight", (width, width_in)),
+            f"{name}.fc1.bias": renamed(f"{key}.linear_fc1.bias", (width,)),
+            f"{name}.fc2.weight": renamed(f"{key}.linear_fc2.weight", (width_out, width)),
+            f"{name}.fc2.bias": renamed(f"{key}.linear_fc2.bias", (width_out,))}
+
+
+TABLES = ("text_embedding", "text_projection.fc1.weight", "text_projection.fc1.bias", "text_projection.fc2.weight",
+          "text_projection.fc2.bias", "codec_embedding", "cp_heads", "cp_codec_embedding")
 
 
 def load_qwen3_tts(checkpoint: Path) -> tuple[Qwen3TTSConfig, Talker, CodePredictorFrame, dict[str, torch.Tensor]]:
-    """Config, talker, code predictor and the host-side tables, from a checkpoint directory.
-
-    Every weight the modules need must be present: a missing key is an error naming it.
-    """
-    checkpoint = Path(checkpoint)
-    cfg = Qwen3TTSConfig.from_checkpoint(checkpoint)
-    files = sorted(checkpoint.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{checkpoint}: no *.safetensors weights")
-    weights: dict[str, torch.Tensor] = {}
-    for f in files:
-        weights.update({k: v.float() for k, v in load_file(f).items()})
-
-    talker = Talker(cfg)
-    _load(talker, weights, {"model.": "talker.model.", "codec_head.": "talker.codec_head."})
-    predictor = CodePredictorFrame(cfg)
-    _load(predictor, weights, {
-        "codec_embedding.": "talker.model.codec_embedding.",
-        "model.": "talker.code_predictor.model.",
-        "cp_embedding.": "talker.code_predictor.model.codec_embedding.",
-        "lm_head.": "talker.code_predictor.lm_head.",
-        "small_to_mtp_projection.": "talker.code_predictor.small_to_mtp_projection.",
-    })
-    tables = {
-        "text_embedding": _need(weights, "talker.model.text_embedding.weight"),
-        "text_projection.fc1.weight": _need(weights, "talker.text_projection.linear_fc1.weight"),
-        "text_projection.fc1.bias": _need(weights, "talker.text_projection.linear_fc1.bias"),
-        "text_projection.fc2.weight": _need(weights, "talker.text_projection.linear_fc2.weight"),
-        "text_projection.fc2.bias": _need(weights, "talker.text_projection.linear_fc2.bias"),
-        "codec_embedding": _need(weights, "talker.model.codec_embedding.weight"),
-    }
-    return cfg, talker.eval(), predictor.eval(), tables
-
-
-def _need(weights: dict[str, torch.Tensor], key: str) -> torch.Tensor:
-    if key not in weights:
-        raise KeyError(f"model.safetensors: missing weight {key!r}")
-    return weights[key]
-
-
-def _load(module: nn.Module, weights: dict[str, torch.Tensor], prefixes: dict[str, str]) -> None:
-    state = {}
-    for name, param in module.state_dict().items():
-        src = next((p + name[len(m):] for m, p in prefixes.items() if name.startswith(m)), None)
-        if src is None:
-            raise KeyError(f"no checkpoint prefix maps module weight {name!r}")
-        tensor = _need(weights, src)
-        if tuple(tensor.shape) != tuple(param.shape):
-            raise ValueError(f"model.safetensors: {src} has shape {tuple(tensor.shape)}, config implies {tuple(param.shape)}")
-        state[name] = tensor
-    module.load_state_dict(state, strict=True)
+    """Config, talker, code predictor (with their weights) and the host-side tables, for torch runs."""
+    cfg = Qwen3TTSConfig.from_checkpoint(Path(checkpoint))
+    talker, predictor = modules(cfg)
+    source = weights(Path(checkpoint), cfg, talker, predictor)
+    tables = {name: source.tensor(name) for name in TABLES}
+    return cfg, source.load(talker, "talker."), source.load(predictor, "predictor."), tables  # type: ignore[return-value]

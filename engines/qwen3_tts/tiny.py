@@ -27,7 +27,7 @@ weights, about 4 GB in fp32) for benchmarks; its text vocabulary keeps the real 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engines.tiny_text import SPECIAL_TOKENS, write_json, write_text_tokenizer
@@ -127,19 +127,23 @@ REAL_0_6B = Dims(
     st_head_dim=64, st_intermediate=1024, st_decoder_dim=1536, text_vocab=151936, model_size="0b6",
     real_mimi=True,
 )
+# Qwen3-TTS-12Hz-1.7B: twice as wide, the code predictor as the 0.6B's behind a Linear projection.
+REAL_1_7B = replace(REAL_0_6B, hidden=2048, intermediate=6144, model_size="1b7")
+REAL = {"0.6b": REAL_0_6B, "1.7b": REAL_1_7B}
 
 
 # ----------------------------------------------------------------------------------- public API
 
 
-KINDS = ("custom_voice", "base")
-"""custom_voice: built-in speakers (rows of the codec embedding). base: no built-in speakers, a
-speaker encoder (ECAPA-TDNN) for voice cloning; the speech tokenizer's encoder serves both."""
+KINDS = ("custom_voice", "voice_design", "base")
+"""custom_voice: built-in speakers (rows of the codec embedding). voice_design: no speakers, the
+voice described in `instruct` (generate_voice_design). base: no built-in speakers, a speaker
+encoder (ECAPA-TDNN) for voice cloning; the speech tokenizer's encoder serves both."""
 
 
 def build_tiny(out_dir: Path | str, seed: int, variant: int = 0, kind: str = "custom_voice") -> Path:
-    """Write a tiny random Qwen3-TTS checkpoint (`kind` CustomVoice or Base) of `VARIANTS[variant]`
-    to `out_dir`.
+    """Write a tiny random Qwen3-TTS checkpoint (`kind`: CustomVoice, VoiceDesign or Base) of
+    `VARIANTS[variant]` to `out_dir`.
 
     Deterministic: the same (seed, variant, kind) gives byte-identical files. Returns `out_dir`.
     """
@@ -148,22 +152,34 @@ def build_tiny(out_dir: Path | str, seed: int, variant: int = 0, kind: str = "cu
     return _build(Path(out_dir), seed, VARIANTS[variant], tag=str(variant), kind=kind)
 
 
-def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice") -> Path:
-    """Write a random checkpoint with the real Qwen3-TTS-12Hz-0.6B-CustomVoice sizes to `out_dir`.
+def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice", size: str = "0.6b",
+                    dtype: str = "fp32", shard_size: str | None = None) -> Path:
+    """Write a random checkpoint with the real Qwen3-TTS-12Hz sizes (`size` 0.6b or 1.7b) to `out_dir`.
 
-    For benchmarks only: fp32, ~3.6 GB + 0.7 GB (speech tokenizer) on disk, ~45 s and ~5 GB RAM to
-    build. Deterministic like `build_tiny`. tts_model_size is "0b6", so qwen-tts ignores `instruct`.
-    Returns `out_dir`.
+    For benchmarks only. `dtype` bf16 with a `shard_size` ("1GB") saves the model as the published
+    checkpoints are (bf16 shards and model.safetensors.index.json, through save_pretrained); fp32 is
+    one file (0.6B: ~3.6 GB + 0.7 GB for the speech tokenizer, which stays fp32 in one file). The
+    model is built in `dtype`. Deterministic like `build_tiny`. The 0.6B's tts_model_size is "0b6",
+    so qwen-tts ignores `instruct` for its CustomVoice model. Returns `out_dir`.
     """
-    return _build(Path(out_dir), seed, REAL_0_6B, tag="0.6b", kind=kind)
+    if size not in REAL:
+        raise ValueError(f"unknown real size {size!r}; known: {', '.join(REAL)}")
+    return _build(Path(out_dir), seed, REAL[size], tag=size, kind=kind, dtype=DTYPES[dtype], shard_size=shard_size)
 
 
 # ---------------------------------------------------------------------------------------- build
 
 
-def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+"""Checkpoint dtypes by name (torch dtype names, so this module imports without torch)."""
+
+
+def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str, dtype: str = "float32",
+           shard_size: str | None = None) -> Path:
+    import torch
+
     from engines.qwen3_tts.reference import import_qwen_tts
-    from engines.tiny_weights import reinit
+    from engines.tiny_weights import default_dtype, reinit
 
     import_qwen_tts()
     from qwen_tts.core import Qwen3TTSTokenizerV2Model
@@ -175,10 +191,10 @@ def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
     config, st_config = configs(dims, kind, write_text_tokenizer(out))
     # Skip the HF init: every tensor is overwritten by `_reinit` anyway, and at the real sizes the
     # default init would double the build time.
-    with no_init_weights():
+    with no_init_weights(), default_dtype(getattr(torch, dtype)):
         model = Qwen3TTSForConditionalGeneration(config)
     reinit(model, seed, tag, "model", gains=GAINS, norm_means=NORM_MEANS)
-    model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
+    model.save_pretrained(out, safe_serialization=True, max_shard_size=shard_size or "100GB")
     del model
     fix_speaker_encoder_config(out, dims)
     # qwen-tts reads this file as the generate defaults; HF may have written its own version.

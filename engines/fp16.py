@@ -23,7 +23,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engines.onnx import read_initializer, save_streamed
+from engines.experts import gathered_stacks
+from engines.onnx_data import read_initializer, save_streamed
 
 WEIGHT_INPUTS = {"MatMul": (1,), "Conv": (1, 2), "ConvTranspose": (1, 2)}
 """Node types whose constant inputs (by position) become fp16: the weight, and the bias of a conv."""
@@ -36,8 +37,11 @@ def to_fp16(model: onnx.ModelProto, base: Path = Path()) -> onnx.ModelProto:
     the directory of its external data, read one tensor at a time)."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
+    stacks = gathered_stacks(graph)  # Qwen3-Omni's experts: stored fp16, gathered, multiplied in fp16
 
     def convertible(node: onnx.NodeProto) -> bool:
+        if node.op_type == "MatMul" and node.input[1] in stacks:
+            return True
         positions = WEIGHT_INPUTS.get(node.op_type, ())
         weight = node.input[positions[0]] if positions and len(node.input) > positions[0] else ""
         init = inits.get(weight)
@@ -53,10 +57,15 @@ def to_fp16(model: onnx.ModelProto, base: Path = Path()) -> onnx.ModelProto:
         if not convertible(node):
             nodes.append(node)
             continue
-        for i in WEIGHT_INPUTS[node.op_type]:
-            if i < len(node.input) and node.input[i]:
-                node.input[i] = converted.get(node.input[i]) or _convert(
-                    graph, inits[node.input[i]], converted, uses[node.input[i]] > fp16_uses[node.input[i]], base)
+        stack = stacks.get(node.input[1]) if node.op_type == "MatMul" else None
+        if stack is not None:
+            if stack[1].name not in converted:
+                _convert(graph, stack[1], converted, False, base)  # in place: the Gather's output is fp16
+        else:
+            for i in WEIGHT_INPUTS[node.op_type]:
+                if i < len(node.input) and node.input[i]:
+                    node.input[i] = converted.get(node.input[i]) or _convert(
+                        graph, inits[node.input[i]], converted, uses[node.input[i]] > fp16_uses[node.input[i]], base)
         activation = node.input[0]
         nodes.append(helper.make_node("Cast", [activation], [f"{activation}__fp16_{node.name}"], to=TensorProto.FLOAT16,
                                       name=f"{node.name}__cast_in"))

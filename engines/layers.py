@@ -129,7 +129,9 @@ class MoE(nn.Module):
     experts with the largest weight over the rows (every expert any row chose, and zero-weight ones
     when rows share experts) are gathered from the stacked weights and run as one batched MatMul
     each for gate, up and down. A decode step of one row reads k of E experts; a long prefill, all of
-    them. The graph is TopK (its K from the row count), Gather, MatMul and elementwise ops."""
+    them. The graph is TopK (its K from the row count), Gather (axis 0 of each stack, so a smaller
+    form of the stacks can be gathered before it is dequantized: engines/experts.py), MatMul and
+    elementwise ops."""
 
     def __init__(self, c: StackConfig, m: MoEConfig):
         super().__init__()
@@ -150,9 +152,10 @@ class MoE(nn.Module):
         rows = x.reshape(-1, x.shape[-1])  # [N, H]
         w = weights.reshape(-1, self.m.experts)  # [N, E]
         used = torch.topk(w.amax(dim=0), torch.sym_min(self.m.experts, rows.shape[0] * self.m.top_k)).indices
-        act = nn.functional.silu(rows @ self.experts_gate[used]) * (rows @ self.experts_up[used])  # [U, N, I]
+        gate, up, down = (torch.index_select(e, 0, used) for e in (self.experts_gate, self.experts_up, self.experts_down))
+        act = nn.functional.silu(rows @ gate) * (rows @ up)  # [U, N, I]
         act = act * w[:, used].T.unsqueeze(-1)
-        out = (act @ self.experts_down[used]).sum(dim=0).reshape(x.shape)  # [U, N, H] -> [..., H]
+        out = (act @ down).sum(dim=0).reshape(x.shape)  # [U, N, H] -> [..., H]
         return out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
 
 

@@ -20,12 +20,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import torch
-from onnx import numpy_helper
 from torch._subclasses.fake_tensor import FakeTensor
 
+from engines.onnx_data import INLINE_BYTES
+
 OPSET = 18
-INLINE_BYTES = 256 << 20
-"""Graphs whose weights are smaller are written as one file; larger ones keep `<name>.data` beside."""
+HELD_BYTES = 16 << 20
+"""A weight this large made in memory (not streamed) by the export is an error: it would grow with
+the model."""
 
 
 def export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
@@ -39,6 +41,10 @@ def export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[
     assert program is not None
     defer_weights(program.model, weights)
     program.optimize()
+    held = [f"{name} ({v.const_value.nbytes >> 20} MiB)" for name, v in program.model.graph.initializers.items()
+            if not isinstance(v.const_value, ir.LazyTensor) and v.const_value.nbytes > HELD_BYTES]
+    if weights is not None and held:  # the optimizer folded a weight into a copy in memory
+        raise RuntimeError(f"{path.name}: weights held in memory instead of streamed: {', '.join(held)}")
     save_program(program, path)
     model = onnx.load(str(path), load_external_data=False)
     got = [i.name for i in model.graph.input]
@@ -49,7 +55,7 @@ def export_graph(module: torch.nn.Module, args: tuple, path: Path, inputs: list[
 
 
 def defer_weights(model: ir.Model, weights: Callable[[str], torch.Tensor] | None) -> None:
-    """Fake initializers become tensors made by `weights` when written; a 2-D initializer read only
+    """Fake initializers become tensors made by `weights` when written; an initializer read only
     through a Transpose becomes its transpose, made when written (the optimizer would fold it into a
     copy held in memory)."""
     graph = model.graph
@@ -60,24 +66,22 @@ def defer_weights(model: ir.Model, weights: Callable[[str], torch.Tensor] | None
             value.const_value = _lazy(name, value.const_value, lambda name=name: weights(name).numpy())
     for node in list(graph):
         source = node.inputs[0] if node.op_type == "Transpose" else None
-        if source is None or not source.is_initializer() or len(source.uses()) != 1 or len(source.shape) != 2:
+        if source is None or not source.is_initializer() or len(source.uses()) != 1:
             continue
-        perm = node.attributes.get("perm")
-        if perm is not None and list(perm.as_ints()) != [1, 0]:
-            continue
+        attribute = node.attributes.get("perm")
+        perm = list(attribute.as_ints()) if attribute is not None else list(range(len(source.shape)))[::-1]
         tensor = source.const_value
-        transposed = ir.Value(name=f"{source.name}.T", shape=ir.Shape([source.shape[1], source.shape[0]]),
-                              type=source.type, const_value=_lazy(f"{source.name}.T", tensor,
-                                                                  lambda t=tensor: np.ascontiguousarray(t.numpy().T),
-                                                                  transposed=True))
+        made = lambda t=tensor, perm=perm: np.ascontiguousarray(t.numpy().transpose(perm))  # noqa: E731
+        transposed = ir.Value(name=f"{source.name}.T", shape=ir.Shape([source.shape[i] for i in perm]),
+                              type=source.type, const_value=_lazy(f"{source.name}.T", tensor, made, perm))
         graph.register_initializer(transposed)
         node.outputs[0].replace_all_uses_with(transposed)
         graph.remove(node, safe=True)
         graph.initializers.pop(source.name)
 
 
-def _lazy(name: str, like, make: Callable[[], np.ndarray], transposed: bool = False) -> ir.LazyTensor:
-    dims = list(like.shape)[::-1] if transposed else list(like.shape)
+def _lazy(name: str, like, make: Callable[[], np.ndarray], perm: list[int] | None = None) -> ir.LazyTensor:
+    dims = list(like.shape) if perm is None else [like.shape[i] for i in perm]
     return ir.LazyTensor(lambda: ir.Tensor(make()), dtype=like.dtype, shape=ir.Shape(dims), name=name)
 
 
@@ -94,66 +98,6 @@ def save_program(program: torch.onnx.ONNXProgram, path: Path, external_data: boo
     if data.exists():
         data.unlink()
     ir.save(model, path, external_data=data.name if external_data else None)
-
-
-def read_initializer(init: onnx.TensorProto, base: Path) -> np.ndarray:
-    """An initializer's values; external data is read alone from its file under `base` (a graph
-    loaded with load_external_data=False is rewritten one tensor at a time)."""
-    return numpy_helper.to_array(_inline(init, base) if _external(init) else init)
-
-
-def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:
-    """Write `model` to `path`, its initializers' data to `<name>.data` one tensor at a time (those in
-    memory moved out, those still external copied from their file under `base`, which may be the
-    file being replaced); a graph whose weights are small (below INLINE_BYTES) becomes one file."""
-    inits = list(model.graph.initializer)
-    data = path.with_name(path.name + ".data")
-    if sum(int(_where(i)["length"]) if _external(i) else len(i.raw_data) for i in inits) < INLINE_BYTES:
-        for init in inits:
-            if _external(init):
-                init.CopyFrom(_inline(init, base))
-        onnx.save_model(model, str(path))
-        data.unlink(missing_ok=True)
-        return
-    staging = data.with_name(data.name + ".partial")
-    with open(staging, "wb") as out:
-        for init in inits:
-            raw = _external_bytes(init, base) if _external(init) else _raw(init)
-            offset = out.tell()
-            out.write(raw)
-            moved = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type,
-                                     data_location=onnx.TensorProto.EXTERNAL)
-            for key, value in (("location", data.name), ("offset", str(offset)), ("length", str(len(raw)))):
-                moved.external_data.add(key=key, value=value)
-            init.CopyFrom(moved)
-    staging.replace(data)
-    onnx.save_model(model, str(path))
-
-
-def _external(init: onnx.TensorProto) -> bool:
-    return init.data_location == onnx.TensorProto.EXTERNAL
-
-
-def _where(init: onnx.TensorProto) -> dict[str, str]:
-    return {e.key: e.value for e in init.external_data}
-
-
-def _external_bytes(init: onnx.TensorProto, base: Path) -> bytes:
-    where = _where(init)
-    with open(base / where["location"], "rb") as f:
-        f.seek(int(where.get("offset", 0)))
-        return f.read(int(where["length"]))
-
-
-def _inline(init: onnx.TensorProto, base: Path) -> onnx.TensorProto:
-    """The initializer with its external bytes in raw_data."""
-    return onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type,
-                            raw_data=_external_bytes(init, base))
-
-
-def _raw(init: onnx.TensorProto) -> bytes:
-    """An in-memory initializer's bytes as raw_data stores them (typed fields encoded)."""
-    return init.raw_data or numpy_helper.from_array(numpy_helper.to_array(init)).raw_data
 
 
 def check_dynamic(model: onnx.ModelProto, name: str, dynamic: tuple) -> None:

@@ -4,9 +4,10 @@ Every matrix product of the talker and code-predictor graphs whose weight is a c
 [K, N] or over Transpose([N, K]), and a logit head's Gemm with transB, turned into MatMul) reads it
 through `DequantizeLinear(q, scale, axis=0, block_size=B)`: symmetric, one fp32 scale per B
 consecutive rows of a column (scale = max |w| / 127 or / 7 over the block), q = round(w / scale) as
-INT8 or INT4 (two per byte, low nibble first). Embeddings (Gather), norms, biases, the sampler's
-constants and every Gather-read table (the code predictor's stacked heads, Qwen3-Omni's stacked
-experts) stay as they are, and so does a weight that several products read: ONNX Runtime fuses a
+INT8 or INT4 (two per byte, low nibble first). Qwen3-Omni's stacked experts, which a step gathers,
+take the gathered forms of engines/experts.py (same bits, block and scales). Embeddings (Gather),
+norms, biases, the sampler's constants and the other Gather-read tables (the code predictor's
+stacked heads) stay as they are, and so does a weight that several products read: ONNX Runtime fuses a
 DequantizeLinear into MatMulNBits only when one product reads it, and an unfused one dequantizes the
 whole matrix at every call (2-7x slower than fp32, measured on a code-predictor graph that unrolled
 its passes). The graphs move to opset 21 (blocked DequantizeLinear and INT4 need it). ONNX Runtime
@@ -25,6 +26,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from engines.experts import quantize_stacks
+from engines.onnx_data import read_initializer, save_streamed
 
 BITS = {"int8": 8, "int4": 4}
 BLOCK = 32
@@ -61,9 +65,12 @@ def _tensor(name: str, q: np.ndarray, bits: int) -> onnx.TensorProto:
     return helper.make_tensor(name, TensorProto.INT4, q.shape, packed.tobytes(), raw=True)
 
 
-def quantize_model(model: onnx.ModelProto, bits: int, block: int = BLOCK) -> dict[str, int]:
-    """Quantize `model`'s constant matrix weights in place; returns counts of what was done."""
+def quantize_model(model: onnx.ModelProto, bits: int, block: int = BLOCK, data_dir: Path = Path()) -> dict[str, int]:
+    """Quantize `model`'s constant matrix weights and its gathered stacks of experts
+    (engines/experts.py) in place, reading each from `data_dir` (the directory of external data)
+    when it is quantized; returns counts of what was done."""
     graph = model.graph
+    gathered = quantize_stacks(model, bits, block, lambda w: quantize_block(w, bits, block), np.float32, data_dir)
     inits = {i.name: i for i in graph.initializer}
     transposes = {n.output[0]: n for n in graph.node if n.op_type == "Transpose"}
     readers = Counter(found[0] for node in graph.node if (found := _weight(node, inits, transposes, block)))
@@ -78,7 +85,7 @@ def quantize_model(model: onnx.ModelProto, bits: int, block: int = BLOCK) -> dic
             continue
         weight, transposed = found
         base = f"{weight}__t" if transposed else weight  # x @ W^T: a Linear's weight [N, K], read as [K, N]
-        w = numpy_helper.to_array(inits[weight]).astype(np.float32)
+        w = read_initializer(inits[weight], data_dir).astype(np.float32)
         q, scale = quantize_block(np.ascontiguousarray(w.T) if transposed else w, bits, block)
         graph.initializer.extend([_tensor(f"{base}__q{bits}", q, bits), numpy_helper.from_array(scale, f"{base}__scale")])
         nodes.append(helper.make_node("DequantizeLinear", [f"{base}__q{bits}", f"{base}__scale"], [f"{base}__dq"],
@@ -98,7 +105,7 @@ def quantize_model(model: onnx.ModelProto, bits: int, block: int = BLOCK) -> dic
         if opset.domain in ("", "ai.onnx"):
             opset.version = max(opset.version, OPSET)
     model.ir_version = max(model.ir_version, 10)
-    return dict(stats)
+    return {**stats, **gathered}
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
@@ -135,13 +142,10 @@ def _weight(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], transposes
 
 
 def quantize_file(path: Path, out: Path, bits: int, block: int = BLOCK) -> dict[str, int]:
-    model = onnx.load(str(path), load_external_data=True)
-    stats = quantize_model(model, bits, block)
-    data = out.with_name(out.name + ".data")
-    if data.exists():
-        data.unlink()
-    large = sum(len(i.raw_data) for i in model.graph.initializer) >= 1_800_000_000
-    onnx.save_model(model, str(out), save_as_external_data=large, location=data.name if large else None)
+    """Quantize one graph file, its weights read one at a time (`out` may be `path`)."""
+    model = onnx.load(str(path), load_external_data=False)
+    stats = quantize_model(model, bits, block, Path(path).parent)
+    save_streamed(model, Path(out), Path(path).parent)
     return stats
 
 

@@ -44,7 +44,7 @@ from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
 BITS = {TensorProto.FLOAT: 32, TensorProto.FLOAT16: 16, TensorProto.INT8: 8, TensorProto.INT4: 4,
-        TensorProto.INT64: 64}
+        TensorProto.UINT8: 8, TensorProto.INT64: 64}
 
 
 def bandwidth(threads: int, mib: int = 512) -> tuple[float, float]:

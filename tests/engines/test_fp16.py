@@ -68,12 +68,12 @@ def test_an_fp16_artifact_is_not_converted_twice(fp16, tmp_path):
 def test_graphs_with_external_data_convert_one_tensor_at_a_time_to_the_same_graphs(builtin_artifact, fp16, tmp_path,
                                                                                      monkeypatch):
     """A large graph keeps its weights in `<graph>.onnx.data`: converting reads and writes them one
-    tensor at a time (engines.onnx.save_streamed), in place, to the graph an in-memory one gives."""
+    tensor at a time (engines.onnx_data.save_streamed), in place, to the graph an in-memory one gives."""
     import shutil
 
-    import engines.onnx
+    import engines.onnx_data
 
-    monkeypatch.setattr(engines.onnx, "INLINE_BYTES", 0)  # every graph keeps external data
+    monkeypatch.setattr(engines.onnx_data, "INLINE_BYTES", 0)  # every graph keeps external data
     art = tmp_path / "art"
     shutil.copytree(builtin_artifact, art)
     for graph in load_artifact(art).graphs.values():

@@ -102,10 +102,10 @@ def weight_bytes(path: Path, experts_read: float = 1.0) -> tuple[float, float]:
 
 def router_share(path: Path) -> float:
     """k / E of a MoE talker graph: the router's TopK (its K the smallest constant one) over the
-    stacked experts' first axis."""
+    stacked experts' first axis (a rewritten graph keeps even its small constants in its external data)."""
     model = onnx.load(str(path), load_external_data=False)
     inits = {i.name: i for i in model.graph.initializer}
-    ks = [int(numpy_helper.to_array(inits[n.input[1]]).reshape(-1)[0]) for n in model.graph.node
+    ks = [int(numpy_helper.to_array(inits[n.input[1]], str(path.parent)).reshape(-1)[0]) for n in model.graph.node
           if n.op_type == "TopK" and n.input[1] in inits]
     experts = max(int(i.dims[0]) for i in model.graph.initializer if len(i.dims) == 3)
     return min(ks) / experts

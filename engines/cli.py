@@ -24,12 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("tiny", help="build a tiny random-weight checkpoint with the reference classes")
     p.add_argument("--family", choices=FAMILIES, default="qwen3_tts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variant", default="0", help="shape variant: 0..3 (qwen3_omni: 0..2), or real (also 0.6b) for "
-                                                  "the real dimensions: Qwen3-TTS 0.6B; Qwen3-Omni's talker widths "
-                                                  "with 6 of its 20 layers")
-    p.add_argument("--kind", choices=["custom_voice", "base"], default=None,
-                   help="qwen3_tts: custom_voice (built-in speakers, the default) or base (voice cloning: a speaker "
-                        "encoder, no built-in speakers)")
+    p.add_argument("--variant", default="0", help="shape variant: 0..3 (qwen3_omni: 0..2), or real (also 0.6b, "
+                                                  "1.7b) for the real dimensions: Qwen3-TTS 0.6B (or 1.7B); Qwen3-Omni's "
+                                                  "talker widths with --layers of its 20 layers")
+    p.add_argument("--layers", type=int, default=None, help="qwen3_omni real: talker layers (default 6)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="real variants: the weights' type")
+    p.add_argument("--shard-size", default=None,
+                   help="real variants: save in shards of this size with model.safetensors.index.json (e.g. 2GB)")
+    p.add_argument("--kind", choices=["custom_voice", "voice_design", "base"], default=None,
+                   help="qwen3_tts: custom_voice (built-in speakers, the default), voice_design (no speakers: the "
+                        "voice is described in a request's instruct) or base (voice cloning: a speaker encoder, no "
+                        "built-in speakers)")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(run=_tiny)
 
@@ -86,10 +91,19 @@ def _tiny(args: argparse.Namespace) -> int:
     kind = {} if args.kind is None else {"kind": args.kind}
     if kind and args.family != "qwen3_tts":
         raise SystemExit(f"edged-engines tiny: --kind is for qwen3_tts checkpoints, not {args.family}")
-    if args.variant in ("real", "0.6b"):
+    if args.variant in ("real", "0.6b", "1.7b"):
         if not hasattr(module, "build_real_dims"):
             raise SystemExit(f"edged-engines tiny: family {args.family} has no real-dimension checkpoint (variant real)")
-        module.build_real_dims(args.out, args.seed, **kind)
+        options = {"dtype": args.dtype, "shard_size": args.shard_size}
+        if args.family == "qwen3_tts":
+            options["size"] = "1.7b" if args.variant == "1.7b" else "0.6b"
+        elif args.variant != "real":
+            raise SystemExit(f"edged-engines tiny: {args.family}'s real checkpoint is variant real, not {args.variant}")
+        if args.layers is not None:
+            if args.family != "qwen3_omni":
+                raise SystemExit("edged-engines tiny: --layers is for qwen3_omni")
+            options["layers"] = args.layers
+        module.build_real_dims(args.out, args.seed, **kind, **options)
     else:
         module.build_tiny(args.out, args.seed, int(args.variant), **kind)
     print(args.out)

@@ -23,18 +23,25 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from engines.experts import gathered_stacks
+from engines.onnx_data import read_initializer, save_streamed
+
 WEIGHT_INPUTS = {"MatMul": (1,), "Conv": (1, 2), "ConvTranspose": (1, 2)}
 """Node types whose constant inputs (by position) become fp16: the weight, and the bias of a conv."""
 CONSTANTS = "lifted_tensor"
 """Constants the exporter lifted from the code (the sampler's triangular matrix): never weights."""
 
 
-def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with fp16 weights and explicit casts around every product that uses them."""
+def to_fp16(model: onnx.ModelProto, base: Path = Path()) -> onnx.ModelProto:
+    """The model with fp16 weights and explicit casts around every product that uses them (`base`:
+    the directory of its external data, read one tensor at a time)."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
+    stacks = gathered_stacks(graph)  # Qwen3-Omni's experts: stored fp16, gathered, multiplied in fp16
 
     def convertible(node: onnx.NodeProto) -> bool:
+        if node.op_type == "MatMul" and node.input[1] in stacks:
+            return True
         positions = WEIGHT_INPUTS.get(node.op_type, ())
         weight = node.input[positions[0]] if positions and len(node.input) > positions[0] else ""
         init = inits.get(weight)
@@ -50,10 +57,15 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         if not convertible(node):
             nodes.append(node)
             continue
-        for i in WEIGHT_INPUTS[node.op_type]:
-            if i < len(node.input) and node.input[i]:
-                node.input[i] = converted.get(node.input[i]) or _convert(graph, inits[node.input[i]], converted,
-                                                                         shared=uses[node.input[i]] > fp16_uses[node.input[i]])
+        stack = stacks.get(node.input[1]) if node.op_type == "MatMul" else None
+        if stack is not None:
+            if stack[1].name not in converted:
+                _convert(graph, stack[1], converted, False, base)  # in place: the Gather's output is fp16
+        else:
+            for i in WEIGHT_INPUTS[node.op_type]:
+                if i < len(node.input) and node.input[i]:
+                    node.input[i] = converted.get(node.input[i]) or _convert(
+                        graph, inits[node.input[i]], converted, uses[node.input[i]] > fp16_uses[node.input[i]], base)
         activation = node.input[0]
         nodes.append(helper.make_node("Cast", [activation], [f"{activation}__fp16_{node.name}"], to=TensorProto.FLOAT16,
                                       name=f"{node.name}__cast_in"))
@@ -68,9 +80,10 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _convert(graph: onnx.GraphProto, init: onnx.TensorProto, converted: dict[str, str], shared: bool) -> str:
+def _convert(graph: onnx.GraphProto, init: onnx.TensorProto, converted: dict[str, str], shared: bool,
+             base: Path) -> str:
     """The fp16 twin of an fp32 initializer (in place, unless fp32 uses of it remain)."""
-    half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16),
+    half = numpy_helper.from_array(read_initializer(init, base).astype(np.float16),
                                    f"{init.name}__fp16" if shared else init.name)
     if shared:
         graph.initializer.append(half)
@@ -80,10 +93,11 @@ def _convert(graph: onnx.GraphProto, init: onnx.TensorProto, converted: dict[str
     return half.name
 
 
-def convert_file(path, out) -> dict[str, int]:
-    """Convert one graph file; returns how many initializers and casts it now has of each type."""
-    model = to_fp16(onnx.load(str(path), load_external_data=True))
-    onnx.save_model(model, str(out), save_as_external_data=model.ByteSize() >= 1_900_000_000)
+def convert_file(path: Path, out: Path) -> dict[str, int]:
+    """Convert one graph file (its weights read and written one at a time, `out` may be `path`);
+    returns how many initializers and casts it now has of each type."""
+    model = to_fp16(onnx.load(str(path), load_external_data=False), Path(path).parent)
+    save_streamed(model, Path(out), Path(path).parent)
     kinds = Counter(TensorProto.DataType.Name(i.data_type) for i in model.graph.initializer)
     return {"fp16 initializers": kinds["FLOAT16"], "fp32 initializers": kinds["FLOAT"],
             "casts": sum(n.op_type == "Cast" for n in model.graph.node)}

@@ -8,38 +8,12 @@ M-RoPE position rows, so the interleaved multimodal RoPE of the references is pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from engines.config import MoEConfig, StackConfig
+
 NEG_INF = float("-inf")
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    """One decoder-only transformer stack (talker or code predictor)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    rms_eps: float
-    rope_theta: float
-
-
-def stack_config(c: dict) -> StackConfig:
-    """A StackConfig from an HF config section."""
-    heads = c["num_attention_heads"]
-    return StackConfig(
-        hidden=c["hidden_size"], layers=c["num_hidden_layers"], heads=heads,
-        kv_heads=c.get("num_key_value_heads") or heads,
-        head_dim=c.get("head_dim") or c["hidden_size"] // heads,
-        intermediate=c["intermediate_size"], rms_eps=c.get("rms_norm_eps", 1e-6),
-        rope_theta=c.get("rope_theta", 10000.0),
-    )
 
 
 class RMSNorm(nn.Module):
@@ -144,48 +118,30 @@ class MLP(nn.Module):
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-@dataclass(frozen=True)
-class MoEConfig:
-    """A sparse mixture-of-experts MLP with a gated shared expert (Qwen3-Omni's talker)."""
-
-    experts: int
-    top_k: int
-    expert_width: int
-    shared_width: int
-    norm_topk_prob: bool
-
-
 class MoE(nn.Module):
     """Router softmax over all experts, the top-k kept (renormalized when `norm_topk_prob`), plus the
-    shared expert scaled by a sigmoid gate; weights named as in the checkpoints (`gate`,
-    `experts.{e}.*_proj`, `shared_expert.*`, `shared_expert_gate`).
+    shared expert scaled by a sigmoid gate (`gate`, `shared_expert.*`, `shared_expert_gate` as in the
+    checkpoints; the experts stacked: `experts_gate` and `experts_up` [E, H, I], `experts_down`
+    [E, I, H], made from the checkpoint's `experts.{e}.*_proj` by engines.weights).
 
     Written for export so that a step reads only the experts its rows use: the routing weights are
     zero outside each row's top k (a mask at the k-th largest probability); the U = min(E, rows x k)
     experts with the largest weight over the rows (every expert any row chose, and zero-weight ones
     when rows share experts) are gathered from the stacked weights and run as one batched MatMul
     each for gate, up and down. A decode step of one row reads k of E experts; a long prefill, all of
-    them. The graph is TopK (its K from the row count), Gather, MatMul and elementwise ops. The
-    experts' weights are loaded by their checkpoint names, then `pack()` stacks them ([E, H, I] for
-    gate and up, [E, I, H] for down) and frees the per-expert copies, so each weight is held once."""
+    them. The graph is TopK (its K from the row count), Gather (axis 0 of each stack, so a smaller
+    form of the stacks can be gathered before it is dequantized: engines/experts.py), MatMul and
+    elementwise ops."""
 
     def __init__(self, c: StackConfig, m: MoEConfig):
         super().__init__()
         self.m = m
         self.gate = nn.Linear(c.hidden, m.experts, bias=False)
-        self.experts = nn.ModuleList(MLP(c.hidden, m.expert_width) for _ in range(m.experts))
+        self.experts_gate = nn.Parameter(torch.empty(m.experts, c.hidden, m.expert_width))
+        self.experts_up = nn.Parameter(torch.empty(m.experts, c.hidden, m.expert_width))
+        self.experts_down = nn.Parameter(torch.empty(m.experts, m.expert_width, c.hidden))
         self.shared_expert = MLP(c.hidden, m.shared_width)
         self.shared_expert_gate = nn.Linear(c.hidden, 1, bias=False)
-        self.packed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-
-    @torch.no_grad()
-    def pack(self) -> None:
-        """Stack the loaded experts (gate and up [E, H, I], down [E, I, H]) and drop the per-expert
-        modules."""
-        self.packed = (torch.stack([e.gate_proj.weight.T for e in self.experts]).contiguous(),
-                       torch.stack([e.up_proj.weight.T for e in self.experts]).contiguous(),
-                       torch.stack([e.down_proj.weight.T for e in self.experts]).contiguous())
-        self.experts = nn.ModuleList()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(self.gate(x).float(), dim=-1)  # [..., E]
@@ -193,13 +149,13 @@ class MoE(nn.Module):
         weights = torch.where(probs >= kth, probs, torch.zeros_like(probs))
         if self.m.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        gate, up, down = self.packed
         rows = x.reshape(-1, x.shape[-1])  # [N, H]
         w = weights.reshape(-1, self.m.experts)  # [N, E]
         used = torch.topk(w.amax(dim=0), torch.sym_min(self.m.experts, rows.shape[0] * self.m.top_k)).indices
-        act = nn.functional.silu(rows @ gate[used]) * (rows @ up[used])  # [U, N, I]
+        gate, up, down = (torch.index_select(e, 0, used) for e in (self.experts_gate, self.experts_up, self.experts_down))
+        act = nn.functional.silu(rows @ gate) * (rows @ up)  # [U, N, I]
         act = act * w[:, used].T.unsqueeze(-1)
-        out = (act @ down[used]).sum(dim=0).reshape(x.shape)  # [U, N, H] -> [..., H]
+        out = (act @ down).sum(dim=0).reshape(x.shape)  # [U, N, H] -> [..., H]
         return out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
 
 

@@ -5,8 +5,9 @@ the target backend runs (`engines/weight_form.py`: `--target cpu` for ONNX Runti
 Every matrix product of the talker and code-predictor graphs whose weight is a constant (MatMul over
 [K, N] or over Transpose([N, K]), and a logit head's Gemm with transB, turned into MatMul) reads it
 through `DequantizeLinear(q, scale, axis=0, block_size=B)` as its form says. Embeddings (Gather),
-norms, biases, the sampler's constants and every Gather-read table (the code predictor's stacked
-heads, Qwen3-Omni's stacked experts) stay as they are, and so does a weight that several products
+norms, biases, the sampler's constants and the other Gather-read tables (the code predictor's stacked
+heads) stay as they are; Qwen3-Omni's stacked experts, which a step gathers, take the gathered forms
+of engines/experts.py (same bits, block and scales). So does a weight that several products
 read: ONNX Runtime fuses a DequantizeLinear into MatMulNBits only when one product reads it, and an
 unfused one dequantizes the whole matrix at every call (2-7x slower than fp32, measured on a
 code-predictor graph that unrolled its passes); so does a weight whose K is not a multiple of the
@@ -23,9 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from engines.weight_form import WeightForm, form
+from engines.experts import quantize_stacks
+from engines.onnx_data import read_initializer, save_streamed
+from engines.weight_form import WeightForm, dequantize, form, quantize_block
+
+__all__ = ["dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model"]
 
 GRAPHS = ("talker", "code_predictor")
 OPSET = 21
@@ -33,9 +38,13 @@ CONSTANTS = "lifted_tensor"
 """Constants the exporter lifted from the code (the sampler's triangular matrix): never weights."""
 
 
-def quantize_model(model: onnx.ModelProto, weight_form: WeightForm) -> dict[str, int]:
-    """Quantize `model`'s constant matrix weights in place; returns counts of what was done."""
+def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Path = Path()) -> dict[str, int]:
+    """Quantize `model`'s constant matrix weights and its gathered stacks of experts
+    (engines/experts.py) in place, reading each from `data_dir` (the directory of external data)
+    when it is quantized; returns counts of what was done."""
     graph = model.graph
+    scale_dtype = np.float16 if weight_form.half else np.float32
+    gathered = quantize_stacks(model, weight_form.bits, weight_form.block, weight_form.quantize, scale_dtype, data_dir)
     inits = {i.name: i for i in graph.initializer}
     transposes = {n.output[0]: n for n in graph.node if n.op_type == "Transpose"}
     readers = Counter(found[0] for node in graph.node if (found := _weight(node, inits, transposes, weight_form)))
@@ -50,7 +59,7 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm) -> dict[str,
             continue
         weight, transposed = found
         base = f"{weight}__t" if transposed else weight  # x @ W^T: a Linear's weight [N, K], read as [K, N]
-        w = numpy_helper.to_array(inits[weight]).astype(np.float32)
+        w = read_initializer(inits[weight], data_dir).astype(np.float32)
         made, product = weight_form.product(node.input[0], base, np.ascontiguousarray(w.T) if transposed else w,
                                             node.output[0], node.name)
         graph.initializer.extend(made)
@@ -69,7 +78,7 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm) -> dict[str,
         if opset.domain in ("", "ai.onnx"):
             opset.version = max(opset.version, OPSET)
     model.ir_version = max(model.ir_version, 10)
-    return dict(stats)
+    return {**stats, **gathered}
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
@@ -106,13 +115,10 @@ def _weight(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], transposes
 
 
 def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, int]:
-    model = onnx.load(str(path), load_external_data=True)
-    stats = quantize_model(model, weight_form)
-    data = out.with_name(out.name + ".data")
-    if data.exists():
-        data.unlink()
-    large = sum(len(i.raw_data) for i in model.graph.initializer) >= 1_800_000_000
-    onnx.save_model(model, str(out), save_as_external_data=large, location=data.name if large else None)
+    """Quantize one graph file, its weights read one at a time (`out` may be `path`)."""
+    model = onnx.load(str(path), load_external_data=False)
+    stats = quantize_model(model, weight_form, Path(path).parent)
+    save_streamed(model, Path(out), Path(path).parent)
     return stats
 
 

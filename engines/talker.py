@@ -7,9 +7,11 @@ speculative rule; `CodePredictorDraft` proposes the next groups' codes from one 
 (the later heads applied to it). Without speculation a frame is G-1 passes (`predict_frame` drives
 them as the runtime does). Each layer weight is read by one product of the graph and stored once
 (a quantized weight must be: engines/quantize.py); the heads and the residual embeddings are host
-tables (`predictor_tables`), bound or looked up by the runtime. A family's talker module supplies `model` (an
-`engines.layers.Stack`), `codec_head`, `eos` (the code 0 that ends an utterance) and `cfg` (`talker`
-stack config, `vocab`); its code predictor's weights are `engines.qwen3_tts.model.CodePredictorFrame`.
+tables (engines.qwen3_tts.model.predictor_table_sources), bound or looked up by the runtime. A
+family's talker module supplies `model` (an `engines.layers.Stack`), `codec_head`, `eos` (the code 0
+that ends an utterance) and `cfg` (`talker` stack config, `vocab`); its code predictor's weights are
+`engines.qwen3_tts.model.CodePredictorFrame`. Built with fake tensors, the modules export from their
+shapes and `weights` (engines.weights) makes each tensor as the graph is written.
 docs/artifact.md has the graphs' contracts.
 """
 
@@ -25,6 +27,7 @@ from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from engines.layers import rope_tables
 from engines.onnx import export_graph
 from engines.sampling import probabilities, process_code0, sample
+from engines.weights import Weights
 
 
 class TalkerStep(nn.Module):
@@ -135,14 +138,6 @@ class CodePredictorDraft(nn.Module):
         return sample(logits, *settings, noise), probabilities(logits, *settings)
 
 
-def predictor_tables(predictor: nn.Module) -> dict[str, torch.Tensor]:
-    """The code predictor's host-side tables: every residual group's head, stacked [G-1, Hc, Vc]
-    (bound into the passes by view), and its codec embedding, stacked [G-1, Vc, H] (looked up by
-    the host)."""
-    return {"cp_heads": torch.stack([h.weight.T for h in predictor.lm_head]).contiguous().detach(),
-            "cp_codec_embedding": torch.stack([e.weight for e in predictor.cp_embedding]).contiguous().detach()}
-
-
 def predictor_cache(inputs, batch: int, slots: int) -> list[np.ndarray]:
     """A fresh code-predictor cache for `predict_frame`: zeros shaped as the pass graph's past_* inputs
     (`inputs`: an ONNX Runtime session's `get_inputs()`) for `batch` members and `slots` slots."""
@@ -202,9 +197,9 @@ def sampling_examples(batch: int, vocab: int, code0: bool) -> tuple:
     )
 
 
-def export_talker(talker: nn.Module, path: Path, max_seq: int) -> dict:
+def export_talker(talker: nn.Module, path: Path, max_seq: int, weights: Weights | None = None) -> dict:
     """One graph for prefill and decode: batch B, new rows T, cache slots P and slots attended L all
-    dynamic."""
+    dynamic. `weights`: where a fake talker's tensors come from (engines.weights)."""
     c = talker.cfg.talker
     b, t = 2, 3
     cache = []
@@ -220,19 +215,19 @@ def export_talker(talker: nn.Module, path: Path, max_seq: int) -> dict:
     attended = torch.export.Dim("L", min=1, max=32768)
     past = tuple(({0: batch, 3: slots} if i % 2 == 0 else {0: batch, 2: slots}) for i in range(len(cache)))
     dynamic = ({0: batch, 1: rows}, {0: batch}, {0: attended}) + ({0: batch},) * 7 + (past,)
-    return export_graph(TalkerStep(talker), args, path, inputs, outputs, dynamic)
+    return export_graph(TalkerStep(talker), args, path, inputs, outputs, dynamic, _made(weights))
 
 
-def export_predictor(predictor: nn.Module, path: Path) -> dict:
+def export_predictor(predictor: nn.Module, path: Path, weights: Weights | None = None) -> dict:
     """One pass over the predictor's cache: batch B, new rows T, verified rows V and cache slots P all
-    dynamic."""
+    dynamic. `weights`: where a fake predictor's tensors come from."""
     cfg = predictor.cfg
     c = cfg.predictor
     b, t, v, slots = 2, 3, 2, cfg.code_groups
     cache = []
     for _ in range(c.layers):
         cache += [torch.randn(b, c.kv_heads, c.head_dim, slots), torch.randn(b, c.kv_heads, slots, c.head_dim)]
-    heads = predictor_tables(predictor)["cp_heads"][:v]
+    heads = torch.randn(v, c.hidden, cfg.codebook_size)
     args = (torch.randn(b, t, cfg.talker.hidden), torch.tensor([0, 3]), heads, torch.tensor([[1, 2], [3, 4]]),
             torch.rand(b, v, cfg.codebook_size), torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long),
             torch.ones(b), torch.rand(b, v), torch.rand(b, v, cfg.codebook_size), *cache)
@@ -246,14 +241,15 @@ def export_predictor(predictor: nn.Module, path: Path) -> dict:
     past = tuple(({0: batch, 3: slots_dim} if i % 2 == 0 else {0: batch, 2: slots_dim}) for i in range(len(cache)))
     dynamic = ({0: batch, 1: rows}, {0: batch}, {0: verified}, {0: batch, 1: verified}, {0: batch, 1: verified},
                {0: batch}, {0: batch}, {0: batch}, {0: batch, 1: verified}, {0: batch, 1: verified}, past)
-    return export_graph(CodePredictorPass(predictor), args, path, inputs, outputs, dynamic)
+    return export_graph(CodePredictorPass(predictor), args, path, inputs, outputs, dynamic,
+                        _made(weights))
 
 
 def export_draft(predictor: nn.Module, path: Path) -> dict:
     """The draft graph: batch B and drafted groups D dynamic."""
     cfg = predictor.cfg
     b, d = 2, 3
-    heads = predictor_tables(predictor)["cp_heads"][:d]
+    heads = torch.randn(d, cfg.predictor.hidden, cfg.codebook_size)
     args = (torch.randn(b, cfg.predictor.hidden), heads, torch.full((b,), 0.9), torch.full((b,), 50, dtype=torch.long),
             torch.ones(b), torch.rand(b, d, cfg.codebook_size))
     batch = torch.export.Dim("B", min=1, max=1024)
@@ -261,3 +257,9 @@ def export_draft(predictor: nn.Module, path: Path) -> dict:
     dynamic = ({0: batch}, {0: drafted}, {0: batch}, {0: batch}, {0: batch}, {0: batch, 1: drafted})
     return export_graph(CodePredictorDraft(), args, path, ["hidden", "heads", *SAMPLING_INPUTS],
                         ["drafts", "draft_probs"], dynamic)
+
+
+
+def _made(weights: Weights | None):
+    """The graph's weight names are the Weights' names (the graph modules wrap `talker`, `predictor`)."""
+    return None if weights is None else weights.tensor

@@ -16,8 +16,10 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0, *, family_name: str
     return family(family_name).build_tiny(out, seed, variant, kind=kind)
 
 
-def build_real_dims(out: Path | str, seed: int, *, family_name: str = "qwen3_tts", kind: str | None = None) -> Path:
-    """A random checkpoint with the family's real (smallest released) dimensions, for benchmarks."""
-    if kind is None:
-        return family(family_name).build_real_dims(out, seed)
-    return family(family_name).build_real_dims(out, seed, kind=kind)
+def build_real_dims(out: Path | str, seed: int, *, family_name: str = "qwen3_tts", kind: str | None = None,
+                    **options) -> Path:
+    """A random checkpoint with the family's real dimensions (the smallest released unless `options`
+    say otherwise: the family's build_real_dims), for benchmarks."""
+    if kind is not None:
+        options["kind"] = kind
+    return family(family_name).build_real_dims(out, seed, **options)

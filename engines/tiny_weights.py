@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -36,6 +38,18 @@ def reinit(model: nn.Module, seed: int, tag: str, part: str, *, gains: Patterns 
     missing = stored - covered
     if missing:
         raise RuntimeError(f"tensors left without an init rule: {sorted(missing)[:10]}")
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Modules built inside have `dtype` tensors (a real-size checkpoint built in bf16 needs half
+    the memory of one built in fp32 and converted)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _tensor_seed(seed: int, tag: str, key: str) -> int:

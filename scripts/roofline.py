@@ -44,7 +44,7 @@ from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
 BITS = {TensorProto.FLOAT: 32, TensorProto.FLOAT16: 16, TensorProto.INT8: 8, TensorProto.INT4: 4,
-        TensorProto.INT64: 64}
+        TensorProto.UINT8: 8, TensorProto.INT64: 64}
 
 
 def bandwidth(threads: int, mib: int = 512) -> tuple[float, float]:
@@ -102,10 +102,10 @@ def weight_bytes(path: Path, experts_read: float = 1.0) -> tuple[float, float]:
 
 def router_share(path: Path) -> float:
     """k / E of a MoE talker graph: the router's TopK (its K the smallest constant one) over the
-    stacked experts' first axis."""
+    stacked experts' first axis (a rewritten graph keeps even its small constants in its external data)."""
     model = onnx.load(str(path), load_external_data=False)
     inits = {i.name: i for i in model.graph.initializer}
-    ks = [int(numpy_helper.to_array(inits[n.input[1]]).reshape(-1)[0]) for n in model.graph.node
+    ks = [int(numpy_helper.to_array(inits[n.input[1]], str(path.parent)).reshape(-1)[0]) for n in model.graph.node
           if n.op_type == "TopK" and n.input[1] in inits]
     experts = max(int(i.dims[0]) for i in model.graph.initializer if len(i.dims) == 3)
     return min(ks) / experts

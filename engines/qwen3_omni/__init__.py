@@ -19,10 +19,11 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     return run(out, seed, variant)
 
 
-def build_real_dims(out: Path | str, seed: int) -> Path:
+def build_real_dims(out: Path | str, seed: int, **options: Any) -> Path:
+    """options: layers (talker layers, of 20), dtype (fp32 | bf16), shard_size ("2GB")."""
     from engines.qwen3_omni.tiny import build_real_dims as run
 
-    return run(out, seed)
+    return run(out, seed, **options)
 
 
 def export(checkpoint: Path | str, out: Path | str, *, max_batch: int = 4, max_seq: int = 1024) -> Any:

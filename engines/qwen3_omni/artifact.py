@@ -17,14 +17,14 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Manifest, Speaker
 from engines.qwen3_omni.codec import load_omni_codec
-from engines.qwen3_omni.model import Qwen3OmniConfig, load_qwen3_omni
-from engines.qwen3_tts.artifact import graph_specs, host_tables
+from engines.qwen3_omni.config import Qwen3OmniConfig
+from engines.qwen3_omni.model import TABLES, modules, weights
+from engines.qwen3_tts.artifact import graph_specs, write_tables
 from engines.qwen3_tts.codec_export import export_codec
-from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
+from engines.talker import export_draft, export_predictor, export_talker
 
 FILES = {"talker": "talker.onnx", "code_predictor": "code_predictor.onnx",
          "code_predictor_draft": "code_predictor_draft.onnx", "vocoder": "vocoder.onnx",
@@ -41,27 +41,26 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
         raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
     if not (checkpoint / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{checkpoint}: no tokenizer.json")
-    cfg, talker, predictor, tables = load_qwen3_omni(checkpoint)
-    codec_config, codec = load_omni_codec(checkpoint)
+    cfg = Qwen3OmniConfig.from_checkpoint(checkpoint)
+    talker, predictor = modules(cfg)
+    source = weights(checkpoint, cfg, talker, predictor)
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
-            "talker": export_talker(talker, out / FILES["talker"], max_seq),
-            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
+            "talker": export_talker(talker, out / FILES["talker"], max_seq, source),
+            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"], source),
             "code_predictor_draft": export_draft(predictor, out / FILES["code_predictor_draft"]),
-            "vocoder": export_codec(codec, out / FILES["vocoder"]),
+            "vocoder": export_codec(load_omni_codec(checkpoint, cfg.codec), out / FILES["vocoder"]),
         }
-        hidden_projection = {k: v.contiguous() for k, v in tables.items() if k.startswith("hidden_projection.")}
-        save_file({**host_tables(tables), **predictor_tables(predictor), **hidden_projection},
-                  str(out / FILES["embeddings"]))
+        write_tables(out / FILES["embeddings"], source, cfg.text_vocab, cfg.talker.hidden,
+                     extra=tuple(n for n in TABLES if n.startswith("hidden_projection.")))
     shutil.copyfile(checkpoint / "tokenizer.json", out / FILES["tokenizer"])
-    manifest = _manifest(cfg, tensors, max_batch, max_seq, codec_config.samples_per_frame, codec_config.lead_samples)
+    manifest = _manifest(cfg, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
     return manifest
 
 
-def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int, samples_per_frame: int,
-              lead_samples: int) -> Manifest:
+def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
     t = cfg.talker
     media = {"audio_token": cfg.media["audio_token_id"], "image_token": cfg.media["image_token_id"],
              "video_token": cfg.media["video_token_id"]}
@@ -72,7 +71,7 @@ def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int,
                   codebook_size=cfg.codebook_size),
         max_batch=max_batch, max_seq=max_seq, special={**cfg.special, **media},
         speakers={name: Speaker(i) for name, i in cfg.speakers.items()}, languages={},
-        sample_rate=24000, samples_per_frame=samples_per_frame, sampling=dict(SAMPLING),
+        sample_rate=cfg.codec.output_sample_rate, samples_per_frame=cfg.codec.samples_per_frame, sampling=dict(SAMPLING),
         graphs=graph_specs(FILES, tensors), files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
-        layout="segments", lead_samples=lead_samples,
+        layout="segments", lead_samples=cfg.codec.lead_samples,
     )

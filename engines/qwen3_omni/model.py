@@ -10,74 +10,18 @@ predictor is as wide as the talker), so it is reused as it is.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
-from engines.layers import MoEConfig, Stack, StackConfig, stack_config
-from engines.qwen3_tts.model import CodePredictorFrame
-
-
-@dataclass(frozen=True)
-class Qwen3OmniConfig:
-    talker: StackConfig
-    moe: MoEConfig
-    predictor: StackConfig
-    vocab: int
-    codebook_size: int
-    code_groups: int
-    thinker_hidden: int
-    text_vocab: int
-    accept_hidden_layer: int
-    special: dict[str, int]
-    speakers: dict[str, int]
-    media: dict[str, int] = field(default_factory=dict)
-    """Thinker ids whose rows are hidden states (audio, image, video placeholders)."""
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: Path) -> Qwen3OmniConfig:
-        path = Path(checkpoint) / "config.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{path.name}: missing from the checkpoint")
-        cfg = json.loads(path.read_text())
-        t = _key(cfg, "talker_config")
-        text, cp = _key(t, "text_config", "talker_config"), _key(t, "code_predictor_config", "talker_config")
-        thinker = _key(_key(cfg, "thinker_config"), "text_config", "thinker_config")
-        if cp.get("num_code_groups", t["num_code_groups"]) != t["num_code_groups"]:
-            raise ValueError("config.json: code_predictor_config.num_code_groups differs from the talker's")
-        return cls(
-            talker=stack_config(text), predictor=stack_config(cp),
-            moe=MoEConfig(experts=text["num_experts"], top_k=text["num_experts_per_tok"],
-                          expert_width=text["moe_intermediate_size"],
-                          shared_width=_key(text, "shared_expert_intermediate_size", "talker_config.text_config"),
-                          norm_topk_prob=bool(text.get("norm_topk_prob", True))),
-            vocab=text["vocab_size"], codebook_size=cp["vocab_size"], code_groups=t["num_code_groups"],
-            thinker_hidden=t["thinker_hidden_size"], text_vocab=thinker["vocab_size"],
-            accept_hidden_layer=t["accept_hidden_layer"],
-            special={
-                "codec_pad": t["codec_pad_id"], "codec_bos": t["codec_bos_id"], "codec_eos": t["codec_eos_token_id"],
-                "codec_nothink": t["codec_nothink_id"], "codec_think_bos": t["codec_think_bos_id"],
-                "codec_think_eos": t["codec_think_eos_id"],
-                "tts_pad": cfg["tts_pad_token_id"], "tts_bos": cfg["tts_bos_token_id"],
-                "tts_eos": cfg["tts_eos_token_id"], "im_start": cfg["im_start_token_id"],
-                "im_end": cfg["im_end_token_id"], "system": cfg["system_token_id"], "user": cfg["user_token_id"],
-                "assistant": cfg["assistant_token_id"],
-            },
-            speakers={name.lower(): int(i) for name, i in (t.get("speaker_id") or {}).items()},
-            # the library's multimodal_mask reads the thinker's placeholder ids
-            media={k: _key(cfg["thinker_config"], k, "thinker_config")
-                   for k in ("audio_token_id", "image_token_id", "video_token_id")},
-        )
-
-
-def _key(d: dict, key: str, where: str = "") -> dict:
-    if key not in d:
-        raise KeyError(f"config.json: {where + ': ' if where else ''}missing key {key!r}")
-    return d[key]
+from engines.config import StackConfig
+from engines.layers import Stack
+from engines.qwen3_omni.config import Qwen3OmniConfig
+from engines.qwen3_tts.model import CodePredictorFrame, predictor_table_sources, projection_sources
+from engines.weights import Checkpoint, Source, Weights, by_prefix, fake, renamed, stacked
 
 
 class OmniTalker(nn.Module):
@@ -102,37 +46,70 @@ class PredictorConfig:
     code_groups: int
 
 
-def load_qwen3_omni(checkpoint: Path) -> tuple[Qwen3OmniConfig, OmniTalker, CodePredictorFrame, dict[str, torch.Tensor]]:
-    """Config, talker, code predictor and the host-side tables (the thinker's text embedding, the
-    text and hidden projections, the talker's codec embedding) from a checkpoint directory. Only
-    `talker.*`, `code2wav.*` and the thinker's `embed_tokens` are read of the weights."""
-    from engines.qwen3_tts.model import _load, _need
+TALKER = "talker.model."
+PREDICTOR_KEYS = {
+    "predictor.codec_embedding.": "talker.model.codec_embedding.",
+    "predictor.model.": "talker.code_predictor.model.",
+    "predictor.cp_embedding.": "talker.code_predictor.model.codec_embedding.",
+    "predictor.lm_head.": "talker.code_predictor.lm_head.",
+}
+"""Module tensor names (the graphs' roots: `talker.`, `predictor.`) -> checkpoint key prefixes."""
+EXPERTS = re.compile(r"^talker\.model\.layers\.(\d+)\.mlp\.experts_(gate|up|down)$")
+TABLES = ("text_embedding", "text_projection.fc1.weight", "text_projection.fc1.bias", "text_projection.fc2.weight",
+          "text_projection.fc2.bias", "codec_embedding", "cp_heads", "cp_codec_embedding", "hidden_projection.fc1.weight",
+          "hidden_projection.fc1.bias", "hidden_projection.fc2.weight", "hidden_projection.fc2.bias")
 
-    checkpoint = Path(checkpoint)
-    cfg = Qwen3OmniConfig.from_checkpoint(checkpoint)
-    files = sorted(checkpoint.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{checkpoint}: no *.safetensors weights")
-    wanted = ("talker.", "code2wav.", "thinker.model.embed_tokens.")
-    weights: dict[str, torch.Tensor] = {}
-    for f in files:
-        weights.update({k: v.float() for k, v in load_file(f).items() if k.startswith(wanted)})
-    talker = OmniTalker(cfg)
-    _load(talker, weights, {"model.": "talker.model.", "codec_head.": "talker.codec_head."})
-    for layer in talker.model.layers:
-        layer.mlp.pack()
-    predictor = CodePredictorFrame(PredictorConfig(cfg.talker, cfg.predictor, cfg.vocab, cfg.codebook_size,
-                                                   cfg.code_groups))  # type: ignore[arg-type]
-    _load(predictor, weights, {
-        "codec_embedding.": "talker.model.codec_embedding.",
-        "model.": "talker.code_predictor.model.",
-        "cp_embedding.": "talker.code_predictor.model.codec_embedding.",
-        "lm_head.": "talker.code_predictor.lm_head.",
-    })
-    tables = {"text_embedding": _need(weights, "thinker.model.embed_tokens.weight"),
-              "codec_embedding": _need(weights, "talker.model.codec_embedding.weight")}
-    for name in ("text_projection", "hidden_projection"):
-        for part in ("fc1", "fc2"):
-            for kind in ("weight", "bias"):
-                tables[f"{name}.{part}.{kind}"] = _need(weights, f"talker.{name}.linear_{part}.{kind}")
-    return cfg, talker.eval(), predictor.eval(), tables
+
+def modules(cfg: Qwen3OmniConfig) -> tuple[OmniTalker, CodePredictorFrame]:
+    """The talker and code predictor with shapes but no weights (engines.weights.fake)."""
+    predictor = PredictorConfig(cfg.talker, cfg.predictor, cfg.vocab, cfg.codebook_size, cfg.code_groups)
+    return fake(lambda: OmniTalker(cfg)), fake(lambda: CodePredictorFrame(predictor))  # type: ignore[arg-type]
+
+
+def weights(checkpoint: Path, cfg: Qwen3OmniConfig, talker: OmniTalker, predictor: CodePredictorFrame) -> Weights:
+    """Where the graphs' and the host tables' tensors come from in a Qwen3-Omni checkpoint; checked.
+    Only `talker.*` and the thinker's `embed_tokens` are read (code2wav: engines.qwen3_omni.codec)."""
+    store = Checkpoint(checkpoint)
+    t = cfg.talker
+    sources = {**by_prefix(talker, {"model.": TALKER, "codec_head.": "talker.codec_head."}, "talker."),
+               **by_prefix(predictor, {m.removeprefix("predictor."): k for m, k in PREDICTOR_KEYS.items()}, "predictor."),
+               **predictor_table_sources(cfg, "talker.code_predictor."),
+               **projection_sources("text_projection", "talker.text_projection", cfg.thinker_hidden, t.intermediate,
+                                    t.hidden),
+               **projection_sources("hidden_projection", "talker.hidden_projection", cfg.thinker_hidden,
+                                    t.intermediate, t.hidden),
+               "text_embedding": renamed("thinker.model.embed_tokens.weight", (cfg.text_vocab, cfg.thinker_hidden)),
+               "codec_embedding": renamed("talker.model.codec_embedding.weight", (cfg.vocab, t.hidden))}
+    for name in list(sources):
+        if (found := EXPERTS.match(name)) is not None:
+            sources[name] = experts(store, cfg, int(found.group(1)), found.group(2))
+    result = Weights(store, sources)
+    result.check({"talker.": talker, "predictor.": predictor})
+    return result
+
+
+def experts(store: Checkpoint, cfg: Qwen3OmniConfig, layer: int, proj: str) -> Source:
+    """One layer's experts of one projection, stacked as the MoE reads them ([E, H, I] for gate and
+    up, [E, I, H] for down): from the per-expert tensors `experts.{e}.{proj}_proj.weight` that the
+    published checkpoints and transformers' default save hold, or from transformers 5.x's fused
+    `experts.gate_up_proj` [E, 2I, H] and `experts.down_proj` [E, H, I]."""
+    e, h, i = cfg.moe.experts, cfg.talker.hidden, cfg.moe.expert_width
+    base = f"{TALKER}layers.{layer}.mlp.experts"
+    fused = f"{base}.gate_up_proj" if proj != "down" else f"{base}.down_proj"
+    if fused in store:
+        if proj == "down":
+            return Source((fused,), (e, h, i), (e, i, h), lambda ts: ts[0].transpose(1, 2).contiguous())
+        half = slice(0, i) if proj == "gate" else slice(i, 2 * i)
+        return Source((fused,), (e, 2 * i, h), (e, h, i), lambda ts: ts[0][:, half].transpose(1, 2).contiguous())
+    shape = (h, i) if proj == "down" else (i, h)
+    return stacked([f"{base}.{n}.{proj}_proj.weight" for n in range(e)], shape, transposed=True)
+
+
+def load_qwen3_omni(checkpoint: Path) -> tuple[Qwen3OmniConfig, OmniTalker, CodePredictorFrame, dict[str, torch.Tensor]]:
+    """Config, talker, code predictor (with their weights) and the host-side tables (the thinker's
+    text embedding, the text and hidden projections, the talker's codec embedding), for torch runs."""
+    cfg = Qwen3OmniConfig.from_checkpoint(Path(checkpoint))
+    talker, predictor = modules(cfg)
+    source = weights(Path(checkpoint), cfg, talker, predictor)
+    tables = {name: source.tensor(name) for name in TABLES}
+    return cfg, source.load(talker, "talker."), source.load(predictor, "predictor."), tables  # type: ignore[return-value]

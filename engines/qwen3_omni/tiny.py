@@ -25,8 +25,9 @@ VARIANTS = [
     dict(layers=1, experts=6, top_k=1, groups=4, cp_layers=1),
 ]
 REAL_LAYERS = 6
-"""Talker layers of the real-dims benchmark checkpoint: 6 of 20 (0.63 GB each in fp32) keep its
-export within 24 GiB of RAM."""
+"""Talker layers of the real-dims synthesis benchmark's checkpoint (scripts/bench/synth.py): 6 of 20
+(0.63 GB each in fp32) keep an fp32 artifact's talker small enough to run beside the others; the
+export benchmark (scripts/bench/export.py) builds all 20."""
 MEDIA_SPECIALS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 CODEC = dict(codec_bos_id=2149, codec_eos_token_id=2150, codec_pad_id=2148, codec_nothink_id=2155,
              codec_think_bos_id=2156, codec_think_eos_id=2157,
@@ -109,15 +110,18 @@ def omni_config(ids: dict[str, int], vocab: int, v: dict, d: dict):
     )
 
 
-def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None, *, real_layers: int = 0):
+def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None, *, real_layers: int = 0,
+                dtype: str = "float32"):
     """The tiny Qwen3OmniMoeForConditionalGeneration itself (eager attention, eval mode), with the tiny
     tokenizer written to `tokenizer_dir` (a temporary directory when None). `real_layers` > 0: the
     real widths (REAL) with that many talker layers instead (128 experts, top 6, 16 groups, code
-    predictor 5 layers)."""
+    predictor 5 layers). The model is built in `dtype` (a torch dtype's name)."""
     import tempfile
 
     import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    from engines.tiny_weights import default_dtype
 
     if not 0 <= variant < len(VARIANTS):
         raise ValueError(f"qwen3_omni tiny variant must be 0..{len(VARIANTS) - 1}, got {variant}")
@@ -130,7 +134,8 @@ def build_model(seed: int, variant: int = 0, tokenizer_dir: Path | None = None, 
     else:
         cfg = tiny_config(token_ids(tok), tok.get_vocab_size(), variant)
     cfg._attn_implementation = "eager"
-    model = Qwen3OmniMoeForConditionalGeneration(cfg).eval()
+    with default_dtype(getattr(torch, dtype)):
+        model = Qwen3OmniMoeForConditionalGeneration(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.startswith("code2wav.") and name.endswith((".alpha", ".beta")):
@@ -148,12 +153,19 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:
     return out
 
 
-def build_real_dims(out: Path | str, seed: int, layers: int = REAL_LAYERS) -> Path:
+def build_real_dims(out: Path | str, seed: int, layers: int = REAL_LAYERS, dtype: str = "fp32",
+                    shard_size: str | None = None) -> Path:
     """A random checkpoint with the real Qwen3-Omni-30B-A3B talker widths and `layers` of its 20 talker
-    layers, the real code predictor and code2wav (for benchmarks: fp32, ~0.63 GB per talker layer)."""
+    layers, the real code predictor and code2wav (for benchmarks: ~0.63 GB per talker layer in fp32).
+    `dtype` bf16 with a `shard_size` ("2GB") saves it as the published checkpoint is: bf16 shards and
+    model.safetensors.index.json, through save_pretrained."""
     out = Path(out)
-    build_model(seed, 0, tokenizer_dir=out, real_layers=layers).save_pretrained(out)
+    model = build_model(seed, 0, tokenizer_dir=out, real_layers=layers, dtype=DTYPES[dtype])
+    model.save_pretrained(out, max_shard_size=shard_size or "100GB")
     return out
+
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def _fan_in(name: str, p) -> int:

@@ -23,7 +23,8 @@ def build_tiny(out: Path | str, seed: int, variant: int = 0, kind: str = "custom
     return run(out, seed, variant, kind)
 
 
-def build_real_dims(out: Path | str, seed: int, kind: str = "custom_voice") -> Path:
+def build_real_dims(out: Path | str, seed: int, kind: str = "custom_voice", **options: Any) -> Path:
+    """options: size (0.6b | 1.7b), dtype (fp32 | bf16), shard_size ("1GB")."""
     from engines.qwen3_tts.tiny import build_real_dims as run
 
-    return run(out, seed, kind)
+    return run(out, seed, kind, **options)

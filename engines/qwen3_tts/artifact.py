@@ -10,12 +10,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from edged.artifact.manifest import Dims, Graph, Manifest, Speaker, StateSpec
-from engines.qwen3_tts.model import Qwen3TTSConfig, load_qwen3_tts
-from engines.talker import export_draft, export_predictor, export_talker, predictor_tables
+from engines.qwen3_tts.config import Qwen3TTSConfig
+from engines.qwen3_tts.model import modules, weights
+from engines.talker import export_draft, export_predictor, export_talker
+from engines.weights import Weights, write_safetensors
 
 FILES = {
     "talker": "talker.onnx",
@@ -28,27 +30,30 @@ FILES = {
     "tokenizer": "tokenizer.json",
 }
 def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 1024) -> Manifest:
-    """Write the artifact for `checkpoint` into `out` and return its manifest."""
+    """Write the artifact for `checkpoint` into `out` and return its manifest. The talker and code
+    predictor are exported from their shapes and their weights streamed from the checkpoint one
+    tensor at a time (engines/weights.py, engines/onnx.py)."""
     from engines.qwen3_tts.codec_export import export_vocoder
 
     checkpoint, out = Path(checkpoint), Path(out)
     if max_batch < 1 or max_seq < 16:
         raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
-    cfg, talker, predictor, tables = load_qwen3_tts(checkpoint)
-    codec = json.loads((checkpoint / "speech_tokenizer" / "config.json").read_text())
+    cfg = Qwen3TTSConfig.from_checkpoint(checkpoint)
+    talker, predictor = modules(cfg)
+    source = weights(checkpoint, cfg, talker, predictor)
     out.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         tensors = {
-            "talker": export_talker(talker, out / FILES["talker"], max_seq),
-            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"]),
+            "talker": export_talker(talker, out / FILES["talker"], max_seq, source),
+            "code_predictor": export_predictor(predictor, out / FILES["code_predictor"], source),
             "code_predictor_draft": export_draft(predictor, out / FILES["code_predictor_draft"]),
             "vocoder": export_vocoder(checkpoint, out / FILES["vocoder"]),  # stateful: lists its state
         }
         if cfg.model_type == "base":
             tensors.update(export_clone_encoder(checkpoint, out))
-        save_file({**host_tables(tables), **predictor_tables(predictor)}, str(out / FILES["embeddings"]))
+        write_tables(out / FILES["embeddings"], source, cfg.text_vocab, cfg.talker.hidden)
     _export_tokenizer(checkpoint, out / FILES["tokenizer"])
-    manifest = _manifest(cfg, codec, tensors, max_batch, max_seq)
+    manifest = _manifest(cfg, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
     return manifest
 
@@ -85,24 +90,36 @@ def add_clone_encoder(artifact_dir: Path, checkpoint: Path) -> None:
 # ----------------------------------------------------------------------------------------- host side
 
 
-def host_tables(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The projected text table P(x) = text_projection(text_embedding(x)) for every text token (the
-    tts_bos/eos/pad rows are rows of it) and the codec embedding.
+PROJECTED_ROWS = 8192
+"""Text-embedding rows projected at a time."""
+
+
+def write_tables(path: Path, source: Weights, text_vocab: int, hidden: int, extra: tuple[str, ...] = ()) -> None:
+    """embeddings.safetensors, each table made as it is written: the projected text table
+    `text_projected` = text_projection(text_embedding(x)) for every text token (tts_bos/eos/pad are
+    rows of it), the talker's codec embedding, the code predictor's tables and the family's `extra`.
 
     The projection acts on each token alone, so precomputing it (in torch, as the reference computes
     it) turns a per-request MLP into a row lookup, and the table is smaller than the embedding it
-    replaces (hidden <= text_hidden)."""
-    emb = tables["text_embedding"]
-    projected = torch.empty(emb.shape[0], tables["codec_embedding"].shape[1])
-    for start in range(0, emb.shape[0], 8192):
-        projected[start:start + 8192] = project(tables, emb[start:start + 8192])
-    return {"text_projected": projected, "codec_embedding": tables["codec_embedding"].contiguous()}
+    replaces (hidden <= text_hidden); the embedding is read PROJECTED_ROWS rows at a time."""
+    def projected():
+        mlp = {k: source.tensor(f"text_projection.{k}") for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")}
+        for start in range(0, text_vocab, PROJECTED_ROWS):
+            rows = source.rows("text_embedding", slice(start, min(start + PROJECTED_ROWS, text_vocab)))
+            yield project(mlp, rows).numpy()
+
+    def whole(name: str):
+        yield source.tensor(name).numpy()
+
+    tables = {"text_projected": ((text_vocab, hidden), np.float32, projected())}
+    for name in ("codec_embedding", "cp_heads", "cp_codec_embedding", *extra):
+        tables[name] = (source.sources[name].out, np.float32, whole(name))
+    write_safetensors(path, tables)
 
 
-def project(tables: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-    fc1 = torch.nn.functional.linear(rows, tables["text_projection.fc1.weight"], tables["text_projection.fc1.bias"])
-    return torch.nn.functional.linear(
-        torch.nn.functional.silu(fc1), tables["text_projection.fc2.weight"], tables["text_projection.fc2.bias"])
+def project(mlp: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    fc1 = torch.nn.functional.linear(rows, mlp["fc1.weight"], mlp["fc1.bias"])
+    return torch.nn.functional.linear(torch.nn.functional.silu(fc1), mlp["fc2.weight"], mlp["fc2.bias"])
 
 
 def _export_tokenizer(checkpoint: Path, path: Path) -> None:
@@ -123,7 +140,7 @@ def graph_specs(files: dict[str, str], tensors: dict) -> dict[str, Graph]:
             for role, g in tensors.items()}
 
 
-def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
+def _manifest(cfg: Qwen3TTSConfig, tensors: dict, max_batch: int, max_seq: int) -> Manifest:
     t = cfg.talker
     graphs = graph_specs(FILES, tensors)
     return Manifest(
@@ -133,7 +150,7 @@ def _manifest(cfg: Qwen3TTSConfig, codec: dict, tensors: dict, max_batch: int, m
                   codebook_size=cfg.codebook_size),
         max_batch=max_batch, max_seq=max_seq, special=dict(cfg.special),
         speakers={name: Speaker(s["id"], s["dialect"]) for name, s in cfg.speakers.items()},
-        languages=dict(cfg.languages), sample_rate=int(codec.get("output_sample_rate", 24000)),
-        samples_per_frame=int(codec.get("decode_upsample_rate", 1920)), sampling=dict(cfg.sampling),
+        languages=dict(cfg.languages), sample_rate=cfg.codec.output_sample_rate,
+        samples_per_frame=cfg.codec.decode_upsample_rate, sampling=dict(cfg.sampling),
         graphs=graphs, files={"embeddings": FILES["embeddings"], "tokenizer": FILES["tokenizer"]},
     )

@@ -25,16 +25,15 @@ check, `codec_export.py`.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
+from engines.config import Section, head_dim, read_rope
 from engines.qwen3_tts.codec_layers import (
     NUM_SEMANTIC_QUANTIZERS,
     Carry,
@@ -47,6 +46,7 @@ from engines.qwen3_tts.codec_layers import (
     Stateful,
     Transformer,
 )
+from engines.weights import Checkpoint
 
 CODEBOOK_EPS = 1e-5  # EuclideanCodebook clamps cluster_usage to this before dividing
 
@@ -56,44 +56,40 @@ CODEBOOK_EPS = 1e-5  # EuclideanCodebook clamps cluster_usage to this before div
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """The `decoder_config` part of `speech_tokenizer/config.json` plus the output audio rate.
-
-    Defaults are those of `Qwen3TTSTokenizerV2DecoderConfig`, used where a checkpoint omits a key.
-    """
+    """The codec's config: Qwen3-TTS's `speech_tokenizer/config.json` (`decoder_config` and the output
+    rates) or Qwen3-Omni's `code2wav_config`, read by `read_codec`: every value from the checkpoint."""
 
     codebook_dim: int
     """Width of the summed codebook vectors; each codebook stores codebook_dim // 2 wide entries."""
-    codebook_size: int = 2048
+    codebook_size: int
     """Entries per codebook (codes are 0..codebook_size-1)."""
-    latent_dim: int = 1024
+    latent_dim: int
     """Channels of the conv path around the transformer."""
-    hidden_size: int = 1024
-    num_hidden_layers: int = 8
-    num_attention_heads: int = 16
-    num_key_value_heads: int = 16
-    head_dim: int = 64
-    """Per-head width; the reference falls back to hidden_size // num_attention_heads."""
-    intermediate_size: int = 3072
-    sliding_window: int = 72
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    sliding_window: int
     """Keys per query, the query's own frame included (HF: kv_idx > q_idx - sliding_window)."""
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    layer_scale_initial_scale: float = 0.01
-    num_quantizers: int = 16
+    rope_theta: float
+    """Default RoPE, computed for any position as in the reference (max_position_embeddings is no limit)."""
+    rms_norm_eps: float
+    layer_scale_initial_scale: float
+    num_quantizers: int
     """Code groups G per frame: 1 semantic + G-1 acoustic."""
-    upsample_rates: tuple[int, ...] = (8, 5, 4, 3)
+    upsample_rates: tuple[int, ...]
     """Strides of the SnakeBeta decoder blocks."""
-    upsampling_ratios: tuple[int, ...] = (2, 2)
+    upsampling_ratios: tuple[int, ...]
     """Strides of the ConvNeXt upsampler that follows the transformer."""
-    decoder_dim: int = 1536
+    decoder_dim: int
     """Channels entering the first decoder block; each block halves them."""
-    max_position_embeddings: int = 8000
-    """Not a limit here: default RoPE is computed for any position, as in the reference."""
-    output_sample_rate: int = 24000
+    output_sample_rate: int
     """Hz."""
-    decode_upsample_rate: int = 1920
+    decode_upsample_rate: int
     """Output samples per code frame, as the checkpoint declares it."""
-    front_end: str = "rvq"
+    front_end: str
     """"rvq": Qwen3-TTS's codebooks, projections and pre_conv; "embedding": Qwen3-Omni's code2wav,
     one code_embedding table averaged over the groups, straight into the transformer (latent_dim =
     hidden_size), and decoder blocks whose transposed convs are cut on the left too."""
@@ -139,29 +135,27 @@ class CodecConfig:
 
     @classmethod
     def from_checkpoint(cls, checkpoint_dir: str | Path) -> CodecConfig:
-        """Reads `<checkpoint_dir>/speech_tokenizer/config.json`."""
-        path = Path(checkpoint_dir) / "speech_tokenizer" / "config.json"
-        top = json.loads(path.read_text())
-        if "decoder_config" not in top:
-            raise ValueError(f"{path}: no decoder_config")
-        dec = top["decoder_config"]
-        # Settings this port does not implement must fail here rather than decode wrongly.
-        for key, supported in (("attention_bias", False), ("hidden_act", "silu"), ("rope_scaling", None)):
-            if dec.get(key, supported) != supported:
-                raise ValueError(f"{path}: decoder_config.{key}={dec[key]!r} is not supported")
-        if "codebook_dim" not in dec:
-            raise ValueError(f"{path}: decoder_config.codebook_dim is missing")
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            source = top if f.name in ("output_sample_rate", "decode_upsample_rate") else dec
-            if f.name in source:
-                value = source[f.name]
-                values[f.name] = tuple(value) if isinstance(value, list) else value
-        if "head_dim" not in dec:  # the reference's fallback
-            values["head_dim"] = dec.get("hidden_size", cls.hidden_size) // dec.get(
-                "num_attention_heads", cls.num_attention_heads
-            )
-        return cls(**values)  # type: ignore[arg-type]
+        """Qwen3-TTS's decoder: `<checkpoint_dir>/speech_tokenizer/config.json`."""
+        top = Section.read(Path(checkpoint_dir) / "speech_tokenizer" / "config.json")
+        dec = top.section("decoder_config")
+        return read_codec(dec, front_end="rvq", codebook_dim=dec.need("codebook_dim"),
+                          latent_dim=dec.need("latent_dim"), output_sample_rate=top.need("output_sample_rate"),
+                          decode_upsample_rate=top.need("decode_upsample_rate"))
+
+
+def read_codec(s: Section, **given) -> CodecConfig:
+    """The decoder transformer and conv stack of a codec config section (either transformers layout),
+    plus the values the family reads elsewhere (`given`). Settings this port does not implement fail
+    here rather than decode wrongly."""
+    for key, supported in (("attention_bias", False), ("hidden_act", "silu")):
+        s.expect(key, supported)
+    values = {k: s.need(k) for k in ("codebook_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                     "num_key_value_heads", "intermediate_size", "sliding_window", "num_quantizers",
+                                     "decoder_dim")}
+    values.update({k: s.need(k, float) for k in ("rms_norm_eps", "layer_scale_initial_scale")})
+    values.update({k: tuple(s.need(k, list)) for k in ("upsample_rates", "upsampling_ratios")})
+    dim = head_dim(s)
+    return CodecConfig(**values, head_dim=dim, rope_theta=read_rope(s, dim, multimodal=False).theta, **given)
 
 
 # ------------------------------------------------------------------------------------------ model
@@ -277,35 +271,32 @@ def state_specs(config: CodecConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def load_codec(checkpoint_dir: str | Path) -> tuple[CodecConfig, Codec]:
-    """Builds the decoder from `<checkpoint_dir>/speech_tokenizer/{config.json,model.safetensors}`.
+    """Builds the decoder from `<checkpoint_dir>/speech_tokenizer/` (config.json, and the weights in
+    one file or shards), reading only the decoder's tensors, one at a time.
 
     Strict both ways: every tensor the decoder needs must be present with the expected shape, and
     every `decoder.*` tensor must be used (other than the quantizer's encode-only input_proj); the
     errors name the checkpoint keys. The Mimi encoder's tensors are ignored. Weights load as float32.
     """
     config = CodecConfig.from_checkpoint(checkpoint_dir)
-    path = Path(checkpoint_dir) / "speech_tokenizer" / "model.safetensors"
+    store = Checkpoint(Path(checkpoint_dir) / "speech_tokenizer")
     codec = Codec(config)
     used: set[str] = set()
-    with safe_open(str(path), framework="pt") as f:
-        available = set(f.keys())
 
-        def take(key: str) -> torch.Tensor:
-            if key not in available:
-                raise ValueError(f"{path}: missing tensor {key!r} needed by the vocoder")
-            used.add(key)
-            return f.get_tensor(key).float()
+    def take(key: str) -> torch.Tensor:
+        if key not in store:
+            raise ValueError(f"{store.directory}: missing tensor {key!r} needed by the vocoder")
+        used.add(key)
+        return store.read(key)
 
-        state = {}
-        for name, expected in codec.state_dict().items():
-            key, tensor = _checkpoint_tensor(name, take, config)
-            if tensor.shape != expected.shape:
-                raise ValueError(f"{path}: {key!r} has shape {tuple(tensor.shape)}, expected {tuple(expected.shape)}")
-            state[name] = tensor
-    unused = sorted(k for k in available - used - _ENCODE_ONLY if k.startswith("decoder."))
+    for name, target in codec.state_dict().items():  # each copied into place as it is read
+        key, tensor = _checkpoint_tensor(name, take, config)
+        if tensor.shape != target.shape:
+            raise ValueError(f"{store.where(key)} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
+        target.copy_(tensor)
+    unused = sorted(k for k in set(store.files) - used - _ENCODE_ONLY if k.startswith("decoder."))
     if unused:
-        raise ValueError(f"{path}: decoder tensors this port does not use: {', '.join(unused)}")
-    codec.load_state_dict(state, strict=True)
+        raise ValueError(f"{store.directory}: decoder tensors this port does not use: {', '.join(unused)}")
     return config, codec.eval()
 
 

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from engines.onnx import save_program
 from engines.qwen3_tts.codec import Codec, CodecConfig, StreamingCodec, load_codec
 
 # ------------------------------------------------------------------------------------ ONNX export
@@ -64,17 +65,16 @@ def export_codec(codec: Codec, out_path: str | Path, opset: int = 18) -> dict:
     # The varargs `*state` of StreamingCodec.forward take their dims as one nested tuple.
     dynamic = ({0: batch_dim, 2: frames_dim}, {0: batch_dim}, tuple({0: batch_dim} for _ in specs))
     with torch.no_grad():
-        torch.onnx.export(
+        program = torch.onnx.export(
             StreamingCodec(codec).eval(),
             example,
-            str(out_path),
             dynamo=True,
             opset_version=opset,
             input_names=manifest["inputs"],
             output_names=manifest["outputs"],
             dynamic_shapes=dynamic,
-            external_data=False,
         )
+    save_program(program, Path(out_path), external_data=False)
     _check_dims(onnx.load(str(out_path), load_external_data=False), config, specs)
     error = verify_onnx(codec, out_path, batch=2, windows=CHECK_WINDOWS)
     if error > EXPORT_CHECK_TOLERANCE:

@@ -17,98 +17,15 @@ plain MatMuls over the cache with no transpose of the cache in the graph.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
-from engines.layers import Stack, StackConfig, stack_config
+from engines.layers import Stack
+from engines.qwen3_tts.config import Qwen3TTSConfig
 from engines.sampling import sample
-
-# ----------------------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class Qwen3TTSConfig:
-    talker: StackConfig
-    predictor: StackConfig
-    vocab: int  # talker codec vocabulary (codes + specials)
-    codebook_size: int  # code predictor vocabulary
-    code_groups: int
-    text_vocab: int
-    text_hidden: int
-    special: dict[str, int]
-    speakers: dict[str, dict]
-    languages: dict[str, int]
-    model_type: str = "custom_voice"
-    instruct: bool = True  # qwen-tts drops instruct for the 0.6B CustomVoice model ("0b6")
-    sampling: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: Path) -> Qwen3TTSConfig:
-        cfg = _read_json(checkpoint / "config.json")
-        t = _key(cfg, "talker_config", "config.json")
-        cp = _key(t, "code_predictor_config", "config.json: talker_config")
-        for where, c in (("talker_config", t), ("code_predictor_config", cp)):
-            if c.get("attention_bias"):
-                raise ValueError(f"config.json: {where}.attention_bias=true is not supported")
-        if cp.get("num_code_groups", t["num_code_groups"]) != t["num_code_groups"]:
-            raise ValueError("config.json: code_predictor_config.num_code_groups differs from the talker's")
-        model_type = cfg.get("tts_model_type") or "custom_voice"
-        if model_type not in ("custom_voice", "voice_design", "base"):
-            raise ValueError(f"config.json: tts_model_type {model_type!r} is not supported "
-                             f"(custom_voice, voice_design, base)")
-        size = cfg.get("tts_model_size")
-        gen = _read_json(checkpoint / "generation_config.json") if (checkpoint / "generation_config.json").exists() else {}
-        dialects = t.get("spk_is_dialect") or {}
-        return cls(
-            talker=stack_config(t),
-            predictor=stack_config(cp),
-            vocab=t["vocab_size"],
-            codebook_size=cp["vocab_size"],
-            code_groups=t["num_code_groups"],
-            text_vocab=_key(t, "text_vocab_size", "config.json: talker_config"),
-            text_hidden=t["text_hidden_size"],
-            special={
-                "codec_pad": t["codec_pad_id"], "codec_bos": t["codec_bos_id"],
-                "codec_eos": t["codec_eos_token_id"], "codec_think": t["codec_think_id"],
-                "codec_nothink": t["codec_nothink_id"], "codec_think_bos": t["codec_think_bos_id"],
-                "codec_think_eos": t["codec_think_eos_id"],
-                "tts_pad": cfg["tts_pad_token_id"], "tts_bos": cfg["tts_bos_token_id"],
-                "tts_eos": cfg["tts_eos_token_id"], "im_start": cfg["im_start_token_id"],
-                "im_end": cfg["im_end_token_id"],
-            },
-            speakers={
-                name.lower(): {"id": int(i), "dialect": dialects.get(name) or None}
-                for name, i in (t.get("spk_id") or {}).items()
-            },
-            languages={k.lower(): int(v) for k, v in (t.get("codec_language_id") or {}).items()},
-            model_type=model_type,
-            # the wrapper's own test, a substring check: `if tts_model_size in "0b6": instruct = None`
-            instruct=not (model_type == "custom_voice" and isinstance(size, str) and size in "0b6"),
-            sampling={
-                "temperature": gen.get("temperature", 0.9), "top_k": gen.get("top_k", 50),
-                "top_p": gen.get("top_p", 1.0), "repetition_penalty": gen.get("repetition_penalty", 1.05),
-                "cp_temperature": gen.get("subtalker_temperature", 0.9),
-                "cp_top_k": gen.get("subtalker_top_k", 50), "cp_top_p": gen.get("subtalker_top_p", 1.0),
-            },
-        )
-
-
-def _read_json(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"{path.name}: missing from the checkpoint")
-    return json.loads(path.read_text())
-
-
-def _key(d: dict, key: str, where: str):
-    if key not in d:
-        raise KeyError(f"{where}: missing key {key!r}")
-    return d[key]
-
+from engines.weights import Checkpoint, Source, Weights, by_prefix, fake, renamed, stacked
 
 # ----------------------------------------------------------------------------------------- graphs
 
@@ -159,58 +76,67 @@ class CodePredictorFrame(nn.Module):
         return torch.stack(codes, dim=1), codec_sum
 
 
-# ----------------------------------------------------------------------------------------- loading
+# ----------------------------------------------------------------------------------------- weights
+
+TALKER_KEYS = {"talker.model.": "talker.model.", "talker.codec_head.": "talker.codec_head."}
+PREDICTOR_KEYS = {
+    "predictor.codec_embedding.": "talker.model.codec_embedding.",
+    "predictor.model.": "talker.code_predictor.model.",
+    "predictor.cp_embedding.": "talker.code_predictor.model.codec_embedding.",
+    "predictor.lm_head.": "talker.code_predictor.lm_head.",
+    "predictor.small_to_mtp_projection.": "talker.code_predictor.small_to_mtp_projection.",
+}
+"""Module tensor names (the graphs' roots: `talker.`, `predictor.`) -> checkpoint key prefixes."""
+
+
+def modules(cfg: Qwen3TTSConfig) -> tuple[Talker, CodePredictorFrame]:
+    """The talker and code predictor with shapes but no weights (engines.weights.fake)."""
+    return fake(lambda: Talker(cfg)), fake(lambda: CodePredictorFrame(cfg))
+
+
+def weights(checkpoint: Path, cfg: Qwen3TTSConfig, talker: Talker, predictor: CodePredictorFrame) -> Weights:
+    """Where the graphs' and the host tables' tensors come from in a Qwen3-TTS checkpoint; checked."""
+    sources = {**_prefixed(talker, "talker.", TALKER_KEYS), **_prefixed(predictor, "predictor.", PREDICTOR_KEYS),
+               **predictor_table_sources(cfg, "talker.code_predictor."),
+               **projection_sources("text_projection", "talker.text_projection", cfg.text_hidden, cfg.text_hidden,
+                                    cfg.talker.hidden),
+               "text_embedding": renamed("talker.model.text_embedding.weight", (cfg.text_vocab, cfg.text_hidden)),
+               "codec_embedding": renamed("talker.model.codec_embedding.weight", (cfg.vocab, cfg.talker.hidden))}
+    result = Weights(Checkpoint(checkpoint), sources)
+    result.check({"talker.": talker, "predictor.": predictor})
+    return result
+
+
+def _prefixed(module: nn.Module, prefix: str, keys: dict[str, str]) -> dict:
+    return by_prefix(module, {m.removeprefix(prefix): k for m, k in keys.items()}, prefix)
+
+
+def predictor_table_sources(cfg, prefix: str) -> dict[str, Source]:
+    """The code predictor's host tables: its heads stacked [G-1, Hc, Vc] and its residual codec
+    embeddings stacked [G-1, Vc, H] (checkpoint `<prefix>lm_head.{g}`, `<prefix>model.codec_embedding.{g}`)."""
+    groups = range(cfg.code_groups - 1)
+    return {"cp_heads": stacked([f"{prefix}lm_head.{g}.weight" for g in groups],
+                                (cfg.codebook_size, cfg.predictor.hidden), transposed=True),
+            "cp_codec_embedding": stacked([f"{prefix}model.codec_embedding.{g}.weight" for g in groups],
+                                          (cfg.codebook_size, cfg.talker.hidden), transposed=False)}
+
+
+def projection_sources(name: str, key: str, width_in: int, width: int, width_out: int) -> dict[str, Source]:
+    """A two-layer projection MLP's tensors (`<key>.linear_fc1/2`), as `<name>.fc1/2.weight/bias`."""
+    return {f"{name}.fc1.weight": renamed(f"{key}.linear_fc1.weight", (width, width_in)),
+            f"{name}.fc1.bias": renamed(f"{key}.linear_fc1.bias", (width,)),
+            f"{name}.fc2.weight": renamed(f"{key}.linear_fc2.weight", (width_out, width)),
+            f"{name}.fc2.bias": renamed(f"{key}.linear_fc2.bias", (width_out,))}
+
+
+TABLES = ("text_embedding", "text_projection.fc1.weight", "text_projection.fc1.bias", "text_projection.fc2.weight",
+          "text_projection.fc2.bias", "codec_embedding", "cp_heads", "cp_codec_embedding")
 
 
 def load_qwen3_tts(checkpoint: Path) -> tuple[Qwen3TTSConfig, Talker, CodePredictorFrame, dict[str, torch.Tensor]]:
-    """Config, talker, code predictor and the host-side tables, from a checkpoint directory.
-
-    Every weight the modules need must be present: a missing key is an error naming it.
-    """
-    checkpoint = Path(checkpoint)
-    cfg = Qwen3TTSConfig.from_checkpoint(checkpoint)
-    files = sorted(checkpoint.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{checkpoint}: no *.safetensors weights")
-    weights: dict[str, torch.Tensor] = {}
-    for f in files:
-        weights.update({k: v.float() for k, v in load_file(f).items()})
-
-    talker = Talker(cfg)
-    _load(talker, weights, {"model.": "talker.model.", "codec_head.": "talker.codec_head."})
-    predictor = CodePredictorFrame(cfg)
-    _load(predictor, weights, {
-        "codec_embedding.": "talker.model.codec_embedding.",
-        "model.": "talker.code_predictor.model.",
-        "cp_embedding.": "talker.code_predictor.model.codec_embedding.",
-        "lm_head.": "talker.code_predictor.lm_head.",
-        "small_to_mtp_projection.": "talker.code_predictor.small_to_mtp_projection.",
-    })
-    tables = {
-        "text_embedding": _need(weights, "talker.model.text_embedding.weight"),
-        "text_projection.fc1.weight": _need(weights, "talker.text_projection.linear_fc1.weight"),
-        "text_projection.fc1.bias": _need(weights, "talker.text_projection.linear_fc1.bias"),
-        "text_projection.fc2.weight": _need(weights, "talker.text_projection.linear_fc2.weight"),
-        "text_projection.fc2.bias": _need(weights, "talker.text_projection.linear_fc2.bias"),
-        "codec_embedding": _need(weights, "talker.model.codec_embedding.weight"),
-    }
-    return cfg, talker.eval(), predictor.eval(), tables
-
-
-def _need(weights: dict[str, torch.Tensor], key: str) -> torch.Tensor:
-    if key not in weights:
-        raise KeyError(f"model.safetensors: missing weight {key!r}")
-    return weights[key]
-
-
-def _load(module: nn.Module, weights: dict[str, torch.Tensor], prefixes: dict[str, str]) -> None:
-    state = {}
-    for name, param in module.state_dict().items():
-        src = next((p + name[len(m):] for m, p in prefixes.items() if name.startswith(m)), None)
-        if src is None:
-            raise KeyError(f"no checkpoint prefix maps module weight {name!r}")
-        tensor = _need(weights, src)
-        if tuple(tensor.shape) != tuple(param.shape):
-            raise ValueError(f"model.safetensors: {src} has shape {tuple(tensor.shape)}, config implies {tuple(param.shape)}")
-        state[name] = tensor
-    module.load_state_dict(state, strict=True)
+    """Config, talker, code predictor (with their weights) and the host-side tables, for torch runs."""
+    cfg = Qwen3TTSConfig.from_checkpoint(Path(checkpoint))
+    talker, predictor = modules(cfg)
+    source = weights(Path(checkpoint), cfg, talker, predictor)
+    tables = {name: source.tensor(name) for name in TABLES}
+    return cfg, source.load(talker, "talker."), source.load(predictor, "predictor."), tables  # type: ignore[return-value]

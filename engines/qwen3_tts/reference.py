@@ -87,6 +87,25 @@ def reference_synthesize(
         non_streaming_mode=non_streaming_mode, **kwargs))
 
 
+def reference_design(
+    model: Any,
+    text: str,
+    instruct: str,
+    *,
+    language: str = "auto",
+    max_frames: int,
+    greedy: bool = True,
+    non_streaming_mode: bool = True,
+    seed: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A VoiceDesign checkpoint's speech in the voice `instruct` describes, through the wrapper's
+    own `generate_voice_design` (no speaker; `non_streaming_mode` defaults to the wrapper's True):
+    (codes [N, G], pcm), as `reference_synthesize` returns them."""
+    kwargs = _generate_kwargs(max_frames, greedy, None)
+    return _capturing(model, seed, lambda: model.generate_voice_design(
+        text=text, instruct=instruct, language=language, non_streaming_mode=non_streaming_mode, **kwargs))
+
+
 def reference_clone(
     model: Any,
     text: str,

@@ -27,12 +27,10 @@ weights, about 4 GB in fp32) for benchmarks; its text vocabulary keeps the real 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engines.qwen3_tts.reference import import_qwen_tts
 from engines.tiny_text import SPECIAL_TOKENS, write_json, write_text_tokenizer
-from engines.tiny_weights import reinit
 
 # ----------------------------------------------------------------------------------- real values
 
@@ -129,19 +127,23 @@ REAL_0_6B = Dims(
     st_head_dim=64, st_intermediate=1024, st_decoder_dim=1536, text_vocab=151936, model_size="0b6",
     real_mimi=True,
 )
+# Qwen3-TTS-12Hz-1.7B: twice as wide, the code predictor as the 0.6B's behind a Linear projection.
+REAL_1_7B = replace(REAL_0_6B, hidden=2048, intermediate=6144, model_size="1b7")
+REAL = {"0.6b": REAL_0_6B, "1.7b": REAL_1_7B}
 
 
 # ----------------------------------------------------------------------------------- public API
 
 
-KINDS = ("custom_voice", "base")
-"""custom_voice: built-in speakers (rows of the codec embedding). base: no built-in speakers, a
-speaker encoder (ECAPA-TDNN) for voice cloning; the speech tokenizer's encoder serves both."""
+KINDS = ("custom_voice", "voice_design", "base")
+"""custom_voice: built-in speakers (rows of the codec embedding). voice_design: no speakers, the
+voice described in `instruct` (generate_voice_design). base: no built-in speakers, a speaker
+encoder (ECAPA-TDNN) for voice cloning; the speech tokenizer's encoder serves both."""
 
 
 def build_tiny(out_dir: Path | str, seed: int, variant: int = 0, kind: str = "custom_voice") -> Path:
-    """Write a tiny random Qwen3-TTS checkpoint (`kind` CustomVoice or Base) of `VARIANTS[variant]`
-    to `out_dir`.
+    """Write a tiny random Qwen3-TTS checkpoint (`kind`: CustomVoice, VoiceDesign or Base) of
+    `VARIANTS[variant]` to `out_dir`.
 
     Deterministic: the same (seed, variant, kind) gives byte-identical files. Returns `out_dir`.
     """
@@ -150,36 +152,80 @@ def build_tiny(out_dir: Path | str, seed: int, variant: int = 0, kind: str = "cu
     return _build(Path(out_dir), seed, VARIANTS[variant], tag=str(variant), kind=kind)
 
 
-def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice") -> Path:
-    """Write a random checkpoint with the real Qwen3-TTS-12Hz-0.6B-CustomVoice sizes to `out_dir`.
+def build_real_dims(out_dir: Path | str, seed: int, kind: str = "custom_voice", size: str = "0.6b",
+                    dtype: str = "fp32", shard_size: str | None = None) -> Path:
+    """Write a random checkpoint with the real Qwen3-TTS-12Hz sizes (`size` 0.6b or 1.7b) to `out_dir`.
 
-    For benchmarks only: fp32, ~3.6 GB + 0.7 GB (speech tokenizer) on disk, ~45 s and ~5 GB RAM to
-    build. Deterministic like `build_tiny`. tts_model_size is "0b6", so qwen-tts ignores `instruct`.
-    Returns `out_dir`.
+    For benchmarks only. `dtype` bf16 with a `shard_size` ("1GB") saves the model as the published
+    checkpoints are (bf16 shards and model.safetensors.index.json, through save_pretrained); fp32 is
+    one file (0.6B: ~3.6 GB + 0.7 GB for the speech tokenizer, which stays fp32 in one file). The
+    model is built in `dtype`. Deterministic like `build_tiny`. The 0.6B's tts_model_size is "0b6",
+    so qwen-tts ignores `instruct` for its CustomVoice model. Returns `out_dir`.
     """
-    return _build(Path(out_dir), seed, REAL_0_6B, tag="0.6b", kind=kind)
+    if size not in REAL:
+        raise ValueError(f"unknown real size {size!r}; known: {', '.join(REAL)}")
+    return _build(Path(out_dir), seed, REAL[size], tag=size, kind=kind, dtype=DTYPES[dtype], shard_size=shard_size)
 
 
 # ---------------------------------------------------------------------------------------- build
 
 
-def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
-    if kind not in KINDS:
-        raise ValueError(f"unknown checkpoint kind {kind!r}; known: {', '.join(KINDS)}")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+"""Checkpoint dtypes by name (torch dtype names, so this module imports without torch)."""
+
+
+def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str, dtype: str = "float32",
+           shard_size: str | None = None) -> Path:
+    import torch
+
+    from engines.qwen3_tts.reference import import_qwen_tts
+    from engines.tiny_weights import default_dtype, reinit
+
     import_qwen_tts()
-    from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model
-    from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
+    from qwen_tts.core import Qwen3TTSTokenizerV2Model
+    from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
     from transformers import EncodecFeatureExtractor
     from transformers.modeling_utils import no_init_weights
 
     out.mkdir(parents=True, exist_ok=True)
-    tok = write_text_tokenizer(out)
+    config, st_config = configs(dims, kind, write_text_tokenizer(out))
+    # Skip the HF init: every tensor is overwritten by `_reinit` anyway, and at the real sizes the
+    # default init would double the build time.
+    with no_init_weights(), default_dtype(getattr(torch, dtype)):
+        model = Qwen3TTSForConditionalGeneration(config)
+    reinit(model, seed, tag, "model", gains=GAINS, norm_means=NORM_MEANS)
+    model.save_pretrained(out, safe_serialization=True, max_shard_size=shard_size or "100GB")
+    del model
+    fix_speaker_encoder_config(out, dims)
+    # qwen-tts reads this file as the generate defaults; HF may have written its own version.
+    write_json(out / "generation_config.json", GENERATION_CONFIG)
+
+    st_dir = out / "speech_tokenizer"
+    with no_init_weights():
+        speech = Qwen3TTSTokenizerV2Model(st_config)
+    reinit(speech, seed, tag, "speech_tokenizer", gains=GAINS, norm_means=NORM_MEANS)
+    speech.save_pretrained(st_dir, safe_serialization=True, max_shard_size="100GB")
+    del speech
+    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0).save_pretrained(st_dir)
+    return out
+
+
+def configs(dims: Dims, kind: str, tok, classes: tuple | None = None) -> tuple:
+    """The model's and the speech tokenizer's config objects, made with qwen-tts's own classes
+    (`classes` = (Qwen3TTSConfig, Qwen3TTSTokenizerV2Config); imported from qwen_tts when None)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown checkpoint kind {kind!r}; known: {', '.join(KINDS)}")
+    if classes is None:
+        from qwen_tts.core import Qwen3TTSTokenizerV2Config
+        from qwen_tts.core.models import Qwen3TTSConfig
+
+        classes = (Qwen3TTSConfig, Qwen3TTSTokenizerV2Config)
+    model_class, speech_class = classes
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     text_vocab = dims.text_vocab or tok.get_vocab_size()
     if text_vocab < tok.get_vocab_size():
         raise ValueError(f"text_vocab {text_vocab} is smaller than the tokenizer ({tok.get_vocab_size()})")
-
-    config = Qwen3TTSConfig(
+    config = model_class(
         talker_config=_talker_config(dims, text_vocab, kind),
         speaker_encoder_config=_speaker_encoder_config(dims),
         tokenizer_type="qwen3_tts_tokenizer_12hz",
@@ -192,24 +238,7 @@ def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
         tts_eos_token_id=ids["<tts_text_eod>"],
         assistant_token_id=tok.token_to_id("assistant"),
     )
-    # Skip the HF init: every tensor is overwritten by `_reinit` anyway, and at the real sizes the
-    # default init would double the build time.
-    with no_init_weights():
-        model = Qwen3TTSForConditionalGeneration(config)
-    reinit(model, seed, tag, "model", gains=GAINS, norm_means=NORM_MEANS)
-    model.save_pretrained(out, safe_serialization=True, max_shard_size="100GB")
-    del model
-    # Qwen3TTSSpeakerEncoderConfig takes no **kwargs, so the `model_type` key HF serializes into it
-    # breaks loading; the real checkpoints store only enc_dim and sample_rate (the real encoder sizes
-    # are the class's defaults), tiny ones their smaller sizes too.
-    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    saved["speaker_encoder_config"] = _speaker_encoder_config(dims)
-    write_json(out / "config.json", saved)
-    # qwen-tts reads this file as the generate defaults; HF may have written its own version.
-    write_json(out / "generation_config.json", GENERATION_CONFIG)
-
-    st_dir = out / "speech_tokenizer"
-    st_config = Qwen3TTSTokenizerV2Config(
+    speech = speech_class(
         encoder_config=_mimi_config(dims),
         decoder_config=_decoder_config(dims),
         encoder_valid_num_quantizers=dims.groups,
@@ -218,13 +247,16 @@ def _build(out: Path, seed: int, dims: Dims, tag: str, kind: str) -> Path:
         decode_upsample_rate=SAMPLES_PER_FRAME,
         encode_downsample_rate=SAMPLES_PER_FRAME,
     )
-    with no_init_weights():
-        speech = Qwen3TTSTokenizerV2Model(st_config)
-    reinit(speech, seed, tag, "speech_tokenizer", gains=GAINS, norm_means=NORM_MEANS)
-    speech.save_pretrained(st_dir, safe_serialization=True, max_shard_size="100GB")
-    del speech
-    EncodecFeatureExtractor(feature_size=1, sampling_rate=SAMPLE_RATE, padding_value=0.0).save_pretrained(st_dir)
-    return out
+    return config, speech
+
+
+def fix_speaker_encoder_config(out: Path, dims: Dims) -> None:
+    """Qwen3TTSSpeakerEncoderConfig takes no **kwargs, so the `model_type` key HF serializes into it
+    breaks loading; the real checkpoints store only enc_dim and sample_rate (the real encoder sizes
+    are the class's defaults), tiny ones their smaller sizes too."""
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    saved["speaker_encoder_config"] = _speaker_encoder_config(dims)
+    write_json(out / "config.json", saved)
 
 
 def _speaker_encoder_config(d: Dims) -> dict:

@@ -278,8 +278,11 @@ def test_the_state_a_stream_carries_is_what_the_graph_and_the_docs_say(checkpoin
               if i.name.startswith("state_in_")]
     assert shapes == [tuple(s["shape"]) for s in manifest["state"]] == tiny and len(tiny) > 3
     real = CodecConfig(
-        codebook_dim=512, latent_dim=1024, hidden_size=512, num_hidden_layers=8, num_attention_heads=16,
-        num_key_value_heads=16, head_dim=64, intermediate_size=1024, decoder_dim=1536,
+        codebook_dim=512, codebook_size=2048, latent_dim=1024, hidden_size=512, num_hidden_layers=8,
+        num_attention_heads=16, num_key_value_heads=16, head_dim=64, intermediate_size=1024, sliding_window=72,
+        rope_theta=10000.0, rms_norm_eps=1e-5, layer_scale_initial_scale=0.01, num_quantizers=16,
+        upsample_rates=(8, 5, 4, 3), upsampling_ratios=(2, 2), decoder_dim=1536, output_sample_rate=24000,
+        decode_upsample_rate=1920, front_end="rvq",
     )
     specs = state_specs(real)
     kv = sum(math.prod(shape) for key, shape in specs if key.endswith(("keys", "values")))

@@ -95,3 +95,29 @@ def test_the_fp16_twin_decides_like_fp32_teacher_forced(builtin_artifact, fp16, 
 def test_an_fp16_artifact_is_not_converted_twice(fp16, tmp_path):
     with pytest.raises(ValueError, match="already fp16"):
         convert_artifact(fp16, tmp_path / "again")
+
+
+def test_graphs_with_external_data_convert_one_tensor_at_a_time_to_the_same_graphs(builtin_artifact, fp16, tmp_path,
+                                                                                     monkeypatch):
+    """A large graph keeps its weights in `<graph>.onnx.data`: converting reads and writes them one
+    tensor at a time (engines.onnx_data.save_streamed), in place, to the graph an in-memory one gives."""
+    import shutil
+
+    import engines.onnx_data
+
+    monkeypatch.setattr(engines.onnx_data, "INLINE_BYTES", 0)  # every graph keeps external data
+    art = tmp_path / "art"
+    shutil.copytree(builtin_artifact, art)
+    for graph in load_artifact(art).graphs.values():
+        model = onnx.load(str(art / graph.file))
+        onnx.save_model(model, str(art / graph.file), save_as_external_data=True, location=graph.file + ".data",
+                        size_threshold=0)
+    convert_artifact(art, art)
+    for role, graph in load_artifact(art).graphs.items():
+        streamed = onnx.load(str(art / graph.file), load_external_data=False)
+        assert all(i.data_location == onnx.TensorProto.EXTERNAL for i in streamed.graph.initializer), role
+        streamed = onnx.load(str(art / graph.file))
+        whole = onnx.load(str(fp16 / graph.file))
+        assert [n.SerializeToString() for n in streamed.graph.node] == [n.SerializeToString() for n in whole.graph.node]
+        assert {i.name: i.raw_data for i in streamed.graph.initializer} == \
+            {i.name: onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(i)).raw_data for i in whole.graph.initializer}

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from engines.qwen3_omni.codec import load_omni_codec
+from engines.qwen3_omni.config import Qwen3OmniConfig
 from engines.qwen3_omni.tiny import VARIANTS, build_model
 from engines.qwen3_tts.codec_export import export_codec
 
@@ -21,7 +22,8 @@ def omni(request, tmp_path_factory):
     model = build_model(seed=10 + request.param, variant=request.param)
     path = tmp_path_factory.mktemp(f"omni{request.param}")
     model.save_pretrained(path)
-    config, codec = load_omni_codec(path)
+    config = Qwen3OmniConfig.from_checkpoint(path).codec
+    codec = load_omni_codec(path, config)
     return model, config, codec
 
 

@@ -73,7 +73,7 @@ def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
 
     model = build_model(seed=3, variant=1)
     model.save_pretrained(tmp_path / "ckpt")
-    cfg, talker, predictor, _ = load_qwen3_omni(tmp_path / "ckpt")
+    cfg, talker, predictor, tables = load_qwen3_omni(tmp_path / "ckpt")
     c, slots = cfg.talker, 32
     export_talker(talker, tmp_path / "talker.onnx", slots)
     export_predictor(predictor, tmp_path / "code_predictor.onnx")
@@ -96,16 +96,16 @@ def test_the_exported_graphs_run_on_onnx_runtime_as_in_torch(tmp_path):
         with torch.no_grad():
             want_hidden, want_code0, *_ = run_feeds(step, feeds)
         assert np.abs(hidden - want_hidden.numpy()).max() < 1e-4 and np.array_equal(code0, want_code0.numpy())
-    assert_predictor_passes_equal_the_frame(predictor, tmp_path / "code_predictor.onnx", rng)
+    assert_predictor_passes_equal_the_frame(predictor, tables, tmp_path / "code_predictor.onnx", rng)
 
 
-def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
+def assert_predictor_passes_equal_the_frame(predictor, tables, path, rng) -> None:
     """The code-predictor pass graph, driven pass by pass (engines.talker.predict_frame), gives the
     torch frame's greedy codes and codec sum."""
     import numpy as np
     import onnxruntime as ort
 
-    from engines.talker import predict_frame, predictor_cache, predictor_tables
+    from engines.talker import predict_frame, predictor_cache
 
     cfg = predictor.cfg
     b, g = 2, cfg.code_groups
@@ -114,8 +114,7 @@ def assert_predictor_passes_equal_the_frame(predictor, path, rng) -> None:
     noise = rng.random((b, g - 1, cfg.codebook_size), dtype=np.float32)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cache = predictor_cache(session.get_inputs(), b, g)
-    tables = {"codec_embedding": predictor.codec_embedding.weight.detach().numpy(),
-              **{k: v.numpy() for k, v in predictor_tables(predictor).items()}}
+    tables = {k: tables[k].numpy() for k in ("codec_embedding", "cp_heads", "cp_codec_embedding")}
     codes, codec_sum = predict_frame(lambda feeds: session.run(None, feeds), hidden, code0, tables, g, cache, sampling,
                                      noise)
     with torch.no_grad():

@@ -1,0 +1,134 @@
+"""Weights as distributed: a checkpoint sharded with model.safetensors.index.json, its tensors in bf16
+and fp16, exports the artifact that the same values in one fp32 file export, and speaks the same
+frames; Qwen3-Omni's experts read the same from per-expert tensors and from transformers 5.x's fused
+ones; tensors are read one at a time, from the shard that holds them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from safetensors.torch import load_file, save_file
+
+from edged.artifact import load_artifact
+from edged.request import Sampling, SpeechRequest
+from edged.synth import Synthesizer
+from engines.export import export
+from engines.qwen3_omni.config import Qwen3OmniConfig
+from engines.qwen3_omni.model import experts
+from engines.qwen3_omni.tiny import build_model
+from engines.weights import INDEX, Checkpoint
+
+SHARDS = 3
+
+
+def stored(key: str) -> torch.dtype:
+    """The dtype a tensor is distributed in here: bf16, with every third key fp16."""
+    return torch.float16 if sum(map(ord, key)) % 3 == 0 else torch.bfloat16
+
+
+def distribute(source: Path, sharded: Path, single: Path) -> None:
+    """`source` twice: its weights rounded to their distributed dtypes (`stored`) and written in
+    SHARDS files with an index, as save_pretrained shards them; and the same values as float32 in one
+    model.safetensors. Everything else is linked."""
+    for dest in (sharded, single):
+        for path in source.iterdir():
+            if path.name != "model.safetensors":
+                (dest / path.name).parent.mkdir(parents=True, exist_ok=True)
+                (dest / path.name).symlink_to(path)
+    weights = {k: v.to(stored(k)) for k, v in load_file(str(source / "model.safetensors")).items()}
+    keys = sorted(weights)
+    names = [f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors" for i in range(SHARDS)]
+    weight_map = {key: names[i * SHARDS // len(keys)] for i, key in enumerate(keys)}
+    for name in names:
+        save_file({k: weights[k] for k in keys if weight_map[k] == name}, str(sharded / name), metadata={"format": "pt"})
+    total = sum(v.numel() * v.element_size() for v in weights.values())
+    (sharded / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    save_file({k: v.float() for k, v in weights.items()}, str(single / "model.safetensors"))
+
+
+def frames(artifact: Path, voice: str) -> tuple[np.ndarray, np.ndarray]:
+    from edged.backends import make_backend
+
+    request = SpeechRequest(id="r", text="Hello world, this is edged speaking.", voice=voice,
+                            sampling=Sampling.greedy(), max_frames=12)
+    result = Synthesizer(load_artifact(artifact), make_backend("onnxruntime", threads=1)).synthesize([request])[0]
+    return result.frames, result.pcm
+
+
+@pytest.mark.parametrize("family,voice", [("qwen3_tts", "vivian"), ("qwen3_omni", "ethan")])
+def test_a_sharded_bf16_checkpoint_speaks_as_the_same_values_in_one_fp32_file(family, voice, checkpoints, tmp_path):
+    if family == "qwen3_tts":
+        source = checkpoints(0)
+    else:
+        source = tmp_path / "omni"
+        build_model(seed=4, variant=1, tokenizer_dir=source).save_pretrained(source)
+    sharded, single = tmp_path / "sharded", tmp_path / "single"
+    sharded.mkdir(), single.mkdir()
+    distribute(source, sharded, single)
+    assert {path.name for path in Checkpoint(sharded).files.values()} == {
+        f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors" for i in range(SHARDS)}
+    export(sharded, tmp_path / "a", max_batch=2, max_seq=64)
+    export(single, tmp_path / "b", max_batch=2, max_seq=64)
+    for path in sorted((tmp_path / "a").iterdir()):
+        assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
+    (codes_a, pcm_a), (codes_b, pcm_b) = frames(tmp_path / "a", voice), frames(tmp_path / "b", voice)
+    assert codes_a.shape[0] > 1 and np.array_equal(codes_a, codes_b) and np.array_equal(pcm_a, pcm_b)
+
+
+def test_a_tensor_is_read_from_its_shard_as_float32(checkpoints, tmp_path):
+    sharded, single = tmp_path / "sharded", tmp_path / "single"
+    sharded.mkdir(), single.mkdir()
+    distribute(checkpoints(0), sharded, single)
+    a, b = Checkpoint(sharded), Checkpoint(single)
+    for key in list(a.files)[::7]:
+        tensor = a.read(key)
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, b.read(key))
+        assert torch.equal(a.read(key, slice(1, 3)), tensor[1:3])
+
+
+def test_a_shard_the_index_names_must_exist(checkpoints, tmp_path):
+    sharded, single = tmp_path / "sharded", tmp_path / "single"
+    sharded.mkdir(), single.mkdir()
+    distribute(checkpoints(0), sharded, single)
+    (sharded / f"model-00002-of-{SHARDS:05d}.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match=f"model-00002-of-{SHARDS:05d}.safetensors: named by {INDEX}"):
+        Checkpoint(sharded)
+
+
+def test_a_tensor_stored_in_another_type_is_refused_naming_it(checkpoints, tmp_path):
+    weights = load_file(str(checkpoints(0) / "model.safetensors"))
+    key = "talker.codec_head.weight"
+    save_file({**weights, key: weights[key].to(torch.float64)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"model.safetensors: '{key}' is stored as F64"):
+        Checkpoint(tmp_path).read(key)
+
+
+def test_omni_experts_read_the_same_from_per_expert_and_fused_tensors(tmp_path):
+    """transformers 5.x can save the experts fused (`save_original_format=False`): gate_up_proj
+    [E, 2I, H] (gate rows first) and down_proj [E, H, I] per layer."""
+    source = tmp_path / "per-expert"
+    build_model(seed=2, variant=1, tokenizer_dir=source).save_pretrained(source)
+    cfg = Qwen3OmniConfig.from_checkpoint(source)
+    weights = load_file(str(source / "model.safetensors"))
+    fused = dict(weights)
+    for layer in range(cfg.talker.layers):
+        base = f"talker.model.layers.{layer}.mlp.experts"
+        take = {p: [fused.pop(f"{base}.{e}.{p}_proj.weight") for e in range(cfg.moe.experts)]
+                for p in ("gate", "up", "down")}
+        fused[f"{base}.gate_up_proj"] = torch.stack([torch.cat(pair) for pair in zip(take["gate"], take["up"])])
+        fused[f"{base}.down_proj"] = torch.stack(take["down"])
+    (tmp_path / "fused").mkdir()
+    save_file(fused, str(tmp_path / "fused" / "model.safetensors"))
+    a, b = Checkpoint(source), Checkpoint(tmp_path / "fused")
+    for layer in range(cfg.talker.layers):
+        for proj in ("gate", "up", "down"):
+            per_expert, from_fused = experts(a, cfg, layer, proj), experts(b, cfg, layer, proj)
+            assert len(per_expert.keys) == cfg.moe.experts and len(from_fused.keys) == 1
+            made = [s.make([x.read(k) for k in s.keys]) for s, x in ((per_expert, a), (from_fused, b))]
+            assert made[0].shape == per_expert.out == from_fused.out and torch.equal(*made)

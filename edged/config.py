@@ -87,6 +87,10 @@ class ThreadPlan:
         plan.check("threads")
         return plan
 
+    def __str__(self) -> str:
+        """As `parse` reads it."""
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
     def check(self, where: str) -> None:
         if self.generation < 1 or self.clone_encoder < 1 or self.vocoder < 0:
             raise ConfigError(f"{where}: generation and clone_encoder must be >= 1, vocoder >= 0 (0: on the loop's "

@@ -109,6 +109,7 @@ def test_a_thread_plan_as_the_command_line_writes_it():
     """`edged synth --threads` reads the plan as `STAGE=N,...`; stages left out keep their defaults."""
     assert ThreadPlan.parse("vocoder=0") == ThreadPlan(generation=1, vocoder=0, clone_encoder=1)
     assert ThreadPlan.parse("generation=2, vocoder=1,clone_encoder=3") == ThreadPlan(2, 1, 3)
+    assert ThreadPlan.parse(str(ThreadPlan(2, 0, 3))) == ThreadPlan(2, 0, 3)
     for text, message in (("vocodr=1", "unknown stage 'vocodr'"), ("2", "unknown stage '2'"),
                           ("vocoder=x", "vocoder must be an int, got 'x'"), ("generation=0", "must be >= 1")):
         with pytest.raises(ConfigError, match=message):

@@ -86,6 +86,18 @@ class CpuWatch:
         return max(0.0, (b1 - b0) - (o1 - o0)) / ((w1 - w0) * (os.cpu_count() or 1))
 
 
+def wait_quiet(timeout_s: float, share: float = 0.1, window_s: float = 1.0) -> float:
+    """On a shared machine: wait (at most `timeout_s`) until other processes took less than `share` of
+    the CPU for a `window_s` window. Returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        watch = CpuWatch()
+        time.sleep(window_s)
+        if watch.others() < share:
+            break
+    return time.perf_counter() - t0
+
+
 @dataclass
 class Row:
     model: str

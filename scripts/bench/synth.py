@@ -73,6 +73,7 @@ from common import (
     print_table,
     requests,
     variant,
+    wait_quiet,
 )
 
 from edged.artifact import load_artifact
@@ -81,8 +82,12 @@ from edged.config import ThreadPlan
 from edged.request import SpeechRequest
 from edged.synth import Synthesizer
 
+QUIET_S = 0.0
+"""--quiet: the longest wait before each timed run for other processes to leave the CPU alone."""
+
 
 def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]:
+    wait_quiet(QUIET_S)
     watch = CpuWatch()
     t0 = time.perf_counter()
     results = synth.synthesize(reqs)
@@ -98,6 +103,7 @@ def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]
 
 def run_bare(bare: BareLoop, reqs: list[SpeechRequest], frames: int) -> Run:
     bare.setup(reqs)
+    wait_quiet(QUIET_S)
     watch = CpuWatch()
     run = bare.run(frames)
     run.others = watch.others()
@@ -313,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-reference", dest="reference", action="store_false",
                    help="skip qwen-tts (it runs only on fp32, not agreeable, checkpoints anyway)")
     p.add_argument("--profile", action="store_true", help="cProfile one edged run per checkpoint")
+    p.add_argument("--quiet", type=float, default=0.0, metavar="S",
+                   help="on a shared machine: before each timed run wait up to S seconds for other processes to "
+                        "take under 10%% of the CPU for a second")
     args = p.parse_args(argv)
+    global QUIET_S
+    QUIET_S = args.quiet
     if args.repeats < 3:
         p.error("--repeats must be >= 3 (the median of fewer runs is not robust)")
     if any(b < 1 or b > 4 for b in args.batch):

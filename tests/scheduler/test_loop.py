@@ -62,16 +62,22 @@ def test_draining_stops_admitting_and_the_deadline_cancels(builtin_artifact, bac
 
 @pytest.mark.parametrize("vocoder_threads", [0, 1])
 def test_cancel_and_status(builtin_artifact, backend, vocoder_threads):
+    """A cancel lands at the next frame boundary, with the vocoder inline and on its own thread: no
+    frame after it, and no audio after the `done` (a window still decoding is dropped)."""
     loop, replies = make_loop(builtin_artifact, backend, vocoder_threads)
-    loop.inbox.put(Submit(b"c", SpeechRequest("x", "Cancel me.", max_frames=400), play=False))
+    loop.inbox.put(Submit(b"c", SpeechRequest("x", "Cancel me.", max_frames=400), play=False, stream=True))
     for _ in range(5):
         loop.iteration()
+    assert loop.core.pending == bool(vocoder_threads)  # frames 2..5: a window on the vocoder's thread
     loop.inbox.put(Cancel(b"c", "x"))
     loop.inbox.put(Cancel(b"other-client", "x"))  # ids are per client: this one is unknown, ignored
     loop.inbox.put(StatusQuery(b"c"))
     run_until_idle(loop)
-    done = [m for _, m in replies if isinstance(m, wire.Done)][0]
+    messages = [m for _, m in replies if isinstance(m, (wire.Audio, wire.Done))]
+    done = messages[-1]
+    assert isinstance(done, wire.Done) and [m for m in messages if isinstance(m, wire.Done)] == [done]
     assert done.reason == "cancelled" and done.report["frames"] == done.report["cancelled_at_frame"] == 5
+    assert not loop.core.pending
     status = [m for _, m in replies if isinstance(m, wire.StatusReply)][0].fields
     assert status["cohort"]["running"] == 1 and status["counters"]["accepted"] == 1
     loop.core.close()

@@ -57,8 +57,8 @@ def default_endpoint() -> str:
 @dataclass(frozen=True)
 class ThreadPlan:
     """Engine threads per stage (ONNX Runtime's intra-op threads; TensorRT runs every stage on the GPU,
-    on the loop's one CUDA stream, and reads none of them but clone_encoder). The defaults are the
-    fastest measured on a 2-core CPU (docs/performance.md): generation and the vocoder on a core each."""
+    on the loop's one CUDA stream, and reads none of them but clone_encoder). The defaults put
+    generation and the vocoder on a core each of a 2-core CPU (measured in docs/performance.md)."""
 
     generation: int = 1
     """The talker and its code predictor, on the cohort loop's thread."""

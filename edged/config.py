@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,49 @@ def default_endpoint() -> str:
 
 
 @dataclass(frozen=True)
+class ThreadPlan:
+    """Engine threads per stage (ONNX Runtime's intra-op threads; TensorRT runs every stage on the GPU,
+    on the loop's one CUDA stream, and reads none of them but clone_encoder). The defaults put
+    generation and the vocoder on a core each of a 2-core CPU (measured in docs/performance.md)."""
+
+    generation: int = 1
+    """The talker and its code predictor, on the cohort loop's thread."""
+    vocoder: int = 1
+    """The vocoder, on a thread of its own that decodes one step's windows while the next step
+    computes. 0: no thread of its own; each window is decoded on the loop's thread, after its step."""
+    clone_encoder: int = 1
+    """The clone encoder (its own ONNX Runtime sessions on the voice thread, on every backend)."""
+
+    @classmethod
+    def parse(cls, text: str) -> ThreadPlan:
+        """`generation=1,vocoder=1` (any of the stages; the others keep their defaults)."""
+        known = {f.name for f in fields(cls)}
+        values: dict[str, int] = {}
+        for part in text.split(","):
+            stage, _, count = part.partition("=")
+            stage = stage.strip()
+            if stage not in known:
+                raise ConfigError(f"threads: unknown stage {stage!r} (stages: {', '.join(sorted(known))}; "
+                                  f"write STAGE=N[,STAGE=N...])")
+            try:
+                values[stage] = int(count)
+            except ValueError:
+                raise ConfigError(f"threads: {stage} must be an int, got {count.strip()!r}") from None
+        plan = cls(**values)
+        plan.check("threads")
+        return plan
+
+    def __str__(self) -> str:
+        """As `parse` reads it."""
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+    def check(self, where: str) -> None:
+        if self.generation < 1 or self.clone_encoder < 1 or self.vocoder < 0:
+            raise ConfigError(f"{where}: generation and clone_encoder must be >= 1, vocoder >= 0 (0: on the loop's "
+                              f"thread), got {self}")
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     listen: str = ""
     """ZeroMQ endpoint to bind (ipc:// or tcp://). Empty: ipc://<runtime dir>/edged.sock."""
@@ -68,8 +111,8 @@ class DaemonConfig:
     """Artifact directory. Empty: the built-in tiny artifact."""
     backend: str = "onnxruntime"
     """Engine backend: onnxruntime (CPU) or tensorrt (Jetson)."""
-    threads: int = 0
-    """Engine threads (0: all cores)."""
+    threads: ThreadPlan = field(default_factory=ThreadPlan)
+    """Engine threads per stage: [daemon.threads] generation, vocoder, clone_encoder."""
     cuda_graphs: bool = True
     """tensorrt: replay each step's plans as CUDA graphs captured at boot (false: enqueue every run)."""
     queue_limit: int = 16
@@ -189,9 +232,6 @@ class VoicesConfig:
     """The clone encoder's buffers are claimed at boot for this long a reference."""
     keep_reference: bool = False
     """Keep each reference recording in the database (by default only what the encoder made of it)."""
-    threads: int = 1
-    """Engine threads of the clone encoder: its own ONNX Runtime sessions (on every daemon.backend:
-    the voice thread runs them), beside the cohort loop's engines."""
 
 
 @dataclass(frozen=True)
@@ -287,19 +327,26 @@ def load_config(path: Path | str | None) -> Config:
     return _build(Config, raw, str(path), "")
 
 
+MOVED = {"voices.threads": "daemon.threads.clone_encoder"}
+"""Keys that are now elsewhere: the error says where."""
+
+
 def _build(cls, raw: dict[str, Any], source: str, prefix: str):
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' (known: {', '.join(sorted(known))})")
+        key = f"{prefix}{unknown[0]}"
+        where = f"moved to {MOVED[key]}" if key in MOVED else f"known: {', '.join(sorted(known))}"
+        raise ConfigError(f"{source}: unknown key '{key}' ({where})")
     values = {}
     for name, value in raw.items():
         f = known[name]
         default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
         key = f"{prefix}{name}"
-        if hasattr(default, "__dataclass_fields__"):
+        if is_dataclass(default):
             if not isinstance(value, dict):
-                raise ConfigError(f"{source}: [{key}] must be a table")
+                keys = ", ".join(sorted(x.name for x in fields(default)))
+                raise ConfigError(f"{source}: [{key}] must be a table (keys: {keys}), got {value!r}")
             values[name] = _build(type(default), value, source, f"{key}.")
         else:
             values[name] = _check(value, str(f.type), source, key)
@@ -321,8 +368,8 @@ def _validate(config, source: str) -> None:
     if isinstance(config, DaemonConfig):
         if config.backend not in ("onnxruntime", "tensorrt"):
             raise ConfigError(f"{source}: daemon.backend must be onnxruntime or tensorrt, got {config.backend!r}")
-        if config.queue_limit < 0 or config.threads < 0:
-            raise ConfigError(f"{source}: daemon.queue_limit and daemon.threads must be >= 0")
+        if config.queue_limit < 0:
+            raise ConfigError(f"{source}: daemon.queue_limit must be >= 0")
         if config.max_message_bytes < 1024:
             raise ConfigError(f"{source}: daemon.max_message_bytes must be >= 1024")
         if config.client_queue < 16:
@@ -333,6 +380,8 @@ def _validate(config, source: str) -> None:
             raise ConfigError(f"{source}: daemon.text_timeout_ms must be >= 1")
         if config.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"{source}: daemon.log_level must be debug, info, warning or error")
+    if isinstance(config, ThreadPlan):
+        config.check(f"{source}: daemon.threads")
     if isinstance(config, VocoderConfig) and (config.chunk_frames < 1 or config.first_chunk_frames < 1):
         raise ConfigError(f"{source}: vocoder.chunk_frames and vocoder.first_chunk_frames must be >= 1")
     if isinstance(config, AudioConfig):
@@ -347,8 +396,8 @@ def _validate(config, source: str) -> None:
         if config.latency_ms < 0:
             raise ConfigError(f"{source}: audio.latency_ms must be >= 0")
     if isinstance(config, VoicesConfig):
-        if config.max_voices < 0 or config.threads < 0:
-            raise ConfigError(f"{source}: voices.max_voices and voices.threads must be >= 0")
+        if config.max_voices < 0:
+            raise ConfigError(f"{source}: voices.max_voices must be >= 0")
         if not 100 <= config.min_reference_ms <= config.max_reference_ms <= 30000:
             raise ConfigError(f"{source}: voices.min_reference_ms and max_reference_ms must satisfy "
                               f"100 <= min <= max <= 30000")

@@ -68,6 +68,7 @@ class Daemon:
             if self.voices is not None:
                 self.voices.stop()
             loop.close()
+            self.core.close()
             server.stop()
             if self.listener is not None:
                 self.listener.stop()
@@ -89,14 +90,19 @@ class Daemon:
         t0 = time.monotonic()
         curve = self._curve()
         artifact = load_artifact(cfg.daemon.artifact or None)
-        self.backend = make_backend(cfg.daemon.backend, cfg.daemon.threads, cfg.daemon.cuda_graphs)
+        threads = cfg.daemon.threads
+        self.backend = make_backend(cfg.daemon.backend, threads.generation, cfg.daemon.cuda_graphs)
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
-        core = Core(artifact, self.backend, chunk_frames=cfg.vocoder.chunk_frames,
-                    first_chunk_frames=cfg.vocoder.first_chunk_frames, graph_window=defaults.cp_spec_verify_size)
+        self.core = core = Core(artifact, self.backend, vocoder_threads=threads.vocoder,
+                                chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
+                                graph_window=defaults.cp_spec_verify_size)
+        log.info("threads: generation %d, vocoder %s, clone encoder %d", threads.generation,
+                 threads.vocoder if core.worker.threaded else f"on the loop's thread ({cfg.daemon.backend})",
+                 threads.clone_encoder)
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint, curve=curve)
-        self.speaker = self._speaker(artifact)
+        self.speaker = self._speaker(artifact, core)
         self.history, recorder = self._history(artifact)
         self.voices = self._voices(artifact)
         claimed = self._preallocate(core, recorder)
@@ -235,7 +241,8 @@ class Daemon:
             return None
         # ONNX Runtime whatever daemon.backend is: the voice thread runs it, and a TensorRT backend's
         # CUDA context is current on the loop's thread only
-        encoder = VoiceEncoder(artifact, make_backend("onnxruntime", v.threads), max_ms=v.max_reference_ms)
+        encoder = VoiceEncoder(artifact, make_backend("onnxruntime", self.config.daemon.threads.clone_encoder),
+                               max_ms=v.max_reference_ms)
         limits = Limits(v.max_voices, v.min_reference_ms, v.max_reference_ms, v.keep_reference)
         service = VoiceService(artifact, encoder, store, VoiceBook(), limits, context=zmq.Context.instance(),
                                replies=REPLIES)
@@ -252,16 +259,17 @@ class Daemon:
             return {"state": "unavailable", "error": self.history_error, "path": str(self.config.history_path)}
         return self.history.snapshot
 
-    def _speaker(self, artifact) -> Speaker | None:
+    def _speaker(self, artifact, core: Core) -> Speaker | None:
         """The local speaker, unless the config says device = "none"."""
         audio = self.config.audio
         if audio.device == "none":
             return None
         replies = audio.max_replies or artifact.max_batch + self.config.daemon.queue_limit
-        window_ms = -(-artifact.samples_per_frame * max(self.config.vocoder.chunk_frames,
-                                                      self.config.vocoder.first_chunk_frames) * 1000 // artifact.sample_rate)
-        if audio.ahead_ms < window_ms:
-            raise ConfigError(f"audio.ahead_ms must be >= {window_ms} (one vocoder window), got {audio.ahead_ms}")
+        step_ms = -(-core.step_samples * 1000 // artifact.sample_rate)
+        if audio.ahead_ms < step_ms:
+            windows = "two vocoder windows" if core.worker.threaded else "one vocoder window"
+            raise ConfigError(f"audio.ahead_ms must be >= {step_ms} ({windows}: the most audio one step hands a "
+                              f"reply), got {audio.ahead_ms}")
         tap_s = 2.0 if audio.input_device != "none" and self.config.vad.echo_cancel else 0.0
         return Speaker(audio, artifact.sample_rate, replies, self.events, ended=lambda reply: None, tap_seconds=tap_s)
 

@@ -1,8 +1,9 @@
 """Offline synthesis: the step core runs a list of requests to their ends.
 
 Requests share the cohort as in the daemon: the same scheduler gives each the lowest free slot at a
-frame boundary, and the same core makes one frame per member per step. This is what `edged synth`
-and the benchmarks' "edged" path drive.
+frame boundary, and the same core makes one frame per member per step (with `vocoder_threads`, the
+vocoder on a thread of its own: `close()` stops it). This is what `edged synth` and the benchmarks'
+"edged" path drive.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ class _Job:
 
 
 class Synthesizer:
-    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
-                 graph_window: int = 0):
+    def __init__(self, artifact: Artifact, backend: Backend, *, vocoder_threads: int = 0, chunk_frames: int = 4,
+                 first_chunk_frames: int = 1, graph_window: int = 0):
         a = self.artifact = artifact
-        self.core = Core(a, backend, chunk_frames=chunk_frames, first_chunk_frames=first_chunk_frames,
-                         graph_window=graph_window)
+        self.core = Core(a, backend, vocoder_threads=vocoder_threads, chunk_frames=chunk_frames,
+                         first_chunk_frames=first_chunk_frames, graph_window=graph_window)
         self.pcm = np.zeros((a.max_batch, a.max_seq * a.samples_per_frame), dtype=np.float32)
         self.claimed = {**self.core.preallocate(), "pcm_out": self.pcm.nbytes}
 
@@ -78,6 +79,10 @@ class Synthesizer:
                 results[entry.key] = self._result(entry.payload)
                 scheduler.end(entry, member.outcome.value)
         return [results[i] for i in range(len(requests))]
+
+    def close(self) -> None:
+        """Stop the vocoder's thread and release its engines; the backend is the caller's."""
+        self.core.close()
 
     def _result(self, job: _Job) -> SynthResult:
         m = job.member

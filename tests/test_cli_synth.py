@@ -58,7 +58,27 @@ def test_speculative_verify_keeps_greedy_frames_and_reports_its_drafts(tmp_path:
     assert runs["0"][1] == 0 and runs["4"][1] == 10  # G = 4: per frame, one pass checks group 2's draft (group 3 after)
 
 
+def test_the_vocoder_on_its_own_thread_writes_the_same_audio(tmp_path: Path):
+    """`--threads vocoder=1` (the default: windows decode while the next frame computes) and
+    `vocoder=0` (each window after its step, on generation's thread): the same frames, the same WAV."""
+    runs = {}
+    for plan in ("generation=1,vocoder=0", "vocoder=1"):
+        wav, codes = tmp_path / f"{plan}.wav", tmp_path / f"{plan}.json"
+        done = edged("synth", "--text", "One thread or two, the same audio.", "--out", str(wav), "--codes", str(codes),
+                     "--greedy", "--max-frames", "30", "--threads", plan)
+        assert done.returncode == 0, done.stderr
+        runs[plan] = json.loads(codes.read_text())["frames"], wav.read_bytes(), json.loads(done.stdout)
+    (frames0, wav0, report0), (frames1, wav1, report1) = runs.values()
+    assert frames0 == frames1 and len(frames0) == 30 and wav0 == wav1
+    assert report0["audio_ms"] == report1["audio_ms"] == 2400.0
+    assert report0["stages"][1]["frames"] == report1["stages"][1]["frames"] == 30  # every frame vocoded
+
+
 @pytest.mark.parametrize("args,message", [
+    (["--text", "hi", "--threads", "vocodr=1"], "argument --threads: threads: unknown stage 'vocodr' (stages: "
+                                                "clone_encoder, generation, vocoder; write STAGE=N[,STAGE=N...])"),
+    (["--text", "hi", "--threads", "2"], "argument --threads: threads: unknown stage '2'"),
+    (["--text", "hi", "--threads", "generation=0"], "generation and clone_encoder must be >= 1"),
     (["--text", "hi", "--speaker", "nobody"], "unknown voice 'nobody'"),
     (["--text", "hi", "--language", "klingon"], "unknown language 'klingon'"),
     (["--text", "   "], "text is empty"),

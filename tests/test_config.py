@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
 
-from edged.config import Config, ConfigError, default_endpoint, load_config, runtime_dir, state_dir
+from edged.config import Config, ConfigError, ThreadPlan, default_endpoint, load_config, runtime_dir, state_dir
 
 
 def write(tmp_path, text: str):
@@ -35,16 +35,25 @@ def test_the_documented_config_block_is_every_key_at_its_default(tmp_path):
     for section in fields(defaults):
         assert re.search(rf"^\[{section.name}\]", block, re.M), f"docs/configuration.md has no [{section.name}]"
         for key in fields(getattr(defaults, section.name)):
-            assert re.search(rf"^#? ?{key.name} = ", block, re.M), f"docs/configuration.md misses {section.name}.{key.name}"
+            table = getattr(getattr(defaults, section.name), key.name)
+            if is_dataclass(table):  # a table of its own: [daemon.threads]
+                name = f"{section.name}.{key.name}"
+                assert re.search(rf"^\[{re.escape(name)}\]", block, re.M), f"docs/configuration.md has no [{name}]"
+                for sub in fields(table):
+                    assert re.search(rf"^{sub.name} = ", block, re.M), f"docs/configuration.md misses {name}.{sub.name}"
+            else:
+                assert re.search(rf"^#? ?{key.name} = ", block, re.M), f"docs/configuration.md misses {section.name}.{key.name}"
 
 
 def test_a_full_file(tmp_path):
     cfg = load_config(write(tmp_path, """
 [daemon]
 listen = "tcp://127.0.0.1:5555"
-threads = 2
 queue_limit = 3
 drain_timeout_s = 1
+[daemon.threads]
+generation = 2
+vocoder = 0
 [vocoder]
 chunk_frames = 2
 [audio]
@@ -62,7 +71,8 @@ policy = "none"
 temperature = 0.7
 top_k = 20
 """))
-    assert cfg.endpoint == "tcp://127.0.0.1:5555" and cfg.daemon.threads == 2 and cfg.daemon.queue_limit == 3
+    assert cfg.endpoint == "tcp://127.0.0.1:5555" and cfg.daemon.queue_limit == 3
+    assert cfg.daemon.threads == ThreadPlan(generation=2, vocoder=0, clone_encoder=1)
     assert cfg.daemon.drain_timeout_s == 1.0 and cfg.vocoder.chunk_frames == 2
     assert cfg.audio.on_missing_device == "reject" and cfg.sampling.temperature == 0.7 and cfg.sampling.top_k == 20
     assert cfg.with_overrides(listen="ipc:///x").endpoint == "ipc:///x"
@@ -76,8 +86,13 @@ top_k = 20
 @pytest.mark.parametrize("text,message", [
     ("[daemon]\nqueue_limt = 3\n", "unknown key 'daemon.queue_limt'"),
     ("[deamon]\n", "unknown key 'deamon'"),
-    ("[daemon]\nthreads = \"two\"\n", "daemon.threads must be int"),
-    ("[daemon]\nthreads = true\n", "daemon.threads must be int"),
+    ("[daemon.threads]\ngeneration = \"two\"\n", "daemon.threads.generation must be int"),
+    ("[daemon.threads]\nvocoder = true\n", "daemon.threads.vocoder must be int"),
+    ("[daemon.threads]\nvocodr = 1\n", "unknown key 'daemon.threads.vocodr' (known: clone_encoder, generation, vocoder)"),
+    ("[daemon.threads]\ngeneration = 0\n", "daemon.threads: generation and clone_encoder must be >= 1, vocoder >= 0"),
+    ("[daemon.threads]\nvocoder = -1\n", "daemon.threads: generation and clone_encoder must be >= 1, vocoder >= 0"),
+    ("[daemon]\nthreads = 2\n", "[daemon.threads] must be a table (keys: clone_encoder, generation, vocoder), got 2"),
+    ("[voices]\nthreads = 2\n", "unknown key 'voices.threads' (moved to daemon.threads.clone_encoder)"),
     ("[daemon]\nbackend = \"cuda\"\n", "daemon.backend must be onnxruntime or tensorrt"),
     ("[vocoder]\nchunk_frames = 0\n", "vocoder.chunk_frames and vocoder.first_chunk_frames must be >= 1"),
     ("[audio]\non_missing_device = \"maybe\"\n", "audio.on_missing_device must be silent or reject"),
@@ -93,8 +108,19 @@ top_k = 20
     ("[daemon\n", "not valid TOML"),
 ])
 def test_bad_config_is_named(tmp_path, text, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(write(tmp_path, text))
+
+
+def test_a_thread_plan_as_the_command_line_writes_it():
+    """`edged synth --threads` reads the plan as `STAGE=N,...`; stages left out keep their defaults."""
+    assert ThreadPlan.parse("vocoder=0") == ThreadPlan(generation=1, vocoder=0, clone_encoder=1)
+    assert ThreadPlan.parse("generation=2, vocoder=1,clone_encoder=3") == ThreadPlan(2, 1, 3)
+    assert ThreadPlan.parse(str(ThreadPlan(2, 0, 3))) == ThreadPlan(2, 0, 3)
+    for text, message in (("vocodr=1", "unknown stage 'vocodr'"), ("2", "unknown stage '2'"),
+                          ("vocoder=x", "vocoder must be an int, got 'x'"), ("generation=0", "must be >= 1")):
+        with pytest.raises(ConfigError, match=message):
+            ThreadPlan.parse(text)
 
 
 def test_missing_file(tmp_path):

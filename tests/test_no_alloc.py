@@ -68,10 +68,11 @@ def traced(frame, warm_up: int = 20) -> tuple[int, int]:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("window", [0, 4])
-def test_step_path_does_not_allocate(builtin_artifact, backend, window):
-    """With and without the code predictor's speculative verify."""
-    core = Core(load_artifact(builtin_artifact), backend)
+@pytest.mark.parametrize("window,vocoder_threads", [(0, 0), (4, 0), (0, 1)])
+def test_step_path_does_not_allocate(builtin_artifact, backend, window, vocoder_threads):
+    """With and without the code predictor's speculative verify; with the vocoder inline and on a
+    thread of its own (tracemalloc traces every thread)."""
+    core = Core(load_artifact(builtin_artifact), backend, vocoder_threads=vocoder_threads)
     core.preallocate()
     requests = [
         SpeechRequest("greedy", "A greedy member of the cohort.", voice="vivian", sampling=Sampling.greedy()),
@@ -88,15 +89,18 @@ def test_step_path_does_not_allocate(builtin_artifact, backend, window):
         core.step(members if members[0].frames % 4 else paused)
 
     grown, peak = traced(frame)
+    core.close()
     assert members[0].frames == 25 + STEADY_FRAMES and members[1].frames < members[0].frames
     print(f"growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")
     assert grown <= GROWTH_BOUND, f"traced memory grew by {grown} bytes over {STEADY_FRAMES} frames"
     assert peak <= PEAK_BOUND, f"a step allocated {peak} bytes at its peak"
 
 
-def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, backend):
+@pytest.mark.parametrize("vocoder_threads", [0, 1])
+def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, backend, vocoder_threads):
     """The daemon's loop around the stages: commands, the scheduler, the PCM sink with the history
-    recorder (the asr policy's per-slot buffers) writing every window."""
+    recorder (the asr policy's per-slot buffers) writing every window; the vocoder inline and on a
+    thread of its own."""
     from edged.history.recorder import Recorder
     from edged.scheduler.commands import Submit
     from edged.scheduler.loop import CohortLoop
@@ -104,7 +108,7 @@ def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, back
 
     artifact = load_artifact(builtin_artifact)
     recorder = Recorder(artifact.max_batch, 30 * artifact.sample_rate)
-    core = Core(artifact, backend)
+    core = Core(artifact, backend, vocoder_threads=vocoder_threads)
     core.preallocate()
     clients = ClientReplies(lambda *_: None, artifact.sample_rate, core.window_samples)
     loop = CohortLoop(core, clients, recorder=recorder)
@@ -113,6 +117,7 @@ def test_the_cohort_loop_with_recording_does_not_allocate(builtin_artifact, back
                                 max_frames=400)
         loop.inbox.put(Submit(b"c", request, play=False, session="s", stream=i % 2 == 0, format=("f32le", "s16le")[i // 2]))
     grown, peak = traced(loop.iteration, warm_up=30)  # joins, first windows
+    core.close()
     assert loop.counters.steps == 35 + STEADY_FRAMES and len(loop.scheduler.running) == artifact.max_batch
     assert all(n > 0 for n in recorder.samples)
     print(f"loop: growth {grown} B, peak {peak} B in a frame, over {STEADY_FRAMES} frames")

@@ -12,6 +12,7 @@ from edged.audio.wav import read_wav, write_wav
 from edged.backends import EngineError, make_backend
 from edged.clone import BadReference, VoiceEncoder, reference_pcm
 from edged.clone.reference import MAX_REFERENCE_MS, MIN_REFERENCE_MS
+from edged.config import ConfigError, ThreadPlan
 from edged.request import ClonedVoice, Sampling, SamplingError, SpeechRequest
 from edged.synth import RequestError, Synthesizer
 
@@ -45,8 +46,17 @@ def add_parser(commands) -> None:
                         "in context with --ref-text")
     p.add_argument("--ref-text", default=None, help="what --ref-audio says: clone in context (ICL)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
-    p.add_argument("--threads", type=int, default=0, help="engine threads (0: all cores)")
+    p.add_argument("--threads", type=_threads, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]",
+                   help="engine threads per stage, as [daemon.threads]: generation (default 1), vocoder (default 1, "
+                        "on a thread of its own; 0: after each step on generation's), clone_encoder (default 1)")
     p.set_defaults(run=run)
+
+
+def _threads(text: str) -> ThreadPlan:
+    try:
+        return ThreadPlan.parse(text)
+    except ConfigError as exc:  # argparse names the option and exits 2
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,14 +67,19 @@ def run(args: argparse.Namespace) -> int:
         sampling = sampling.with_overrides(overrides)
         if args.ref_text is not None and args.ref_audio is None:
             raise RequestError("--ref-text needs --ref-audio")
-        backend = make_backend(args.backend, args.threads)
+        threads: ThreadPlan = args.threads
+        backend = make_backend(args.backend, threads.generation)
         try:
-            clone = _clone(artifact, backend, args.ref_audio, args.ref_text) if args.ref_audio else None
+            clone = _clone(artifact, backend, threads, args.ref_audio, args.ref_text) if args.ref_audio else None
             request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
                                     instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
                                     max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text),
                                     clone=clone)
-            result = Synthesizer(artifact, backend).synthesize([request])[0]
+            synth = Synthesizer(artifact, backend, vocoder_threads=threads.vocoder)
+            try:
+                result = synth.synthesize([request])[0]
+            finally:
+                synth.close()
         finally:
             backend.close()
     except (ArtifactError, EngineError, RequestError, SamplingError, BadReference) as exc:
@@ -79,15 +94,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _clone(artifact, backend, path: Path, ref_text: str | None) -> ClonedVoice:
-    """The voice of the recording at `path`, through the artifact's clone encoder."""
+def _clone(artifact, backend, threads: ThreadPlan, path: Path, ref_text: str | None) -> ClonedVoice:
+    """The voice of the recording at `path`, through the artifact's clone encoder (on ONNX Runtime: its
+    own sessions, with the plan's clone_encoder threads)."""
     try:
         pcm, rate = read_wav(path)
     except OSError as exc:
         raise BadReference(f"--ref-audio {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise BadReference(f"--ref-audio {exc}") from exc
-    encoder = VoiceEncoder(artifact, backend)
-    encoder.preallocate()
-    pcm = reference_pcm(pcm, rate, artifact.sample_rate, min_ms=MIN_REFERENCE_MS, max_ms=MAX_REFERENCE_MS)
-    return encoder.encode(pcm, ref_text)
+    own = make_backend("onnxruntime", threads.clone_encoder) if backend.name == "onnxruntime" else None
+    try:
+        encoder = VoiceEncoder(artifact, own or backend)
+        encoder.preallocate()
+        pcm = reference_pcm(pcm, rate, artifact.sample_rate, min_ms=MIN_REFERENCE_MS, max_ms=MAX_REFERENCE_MS)
+        return encoder.encode(pcm, ref_text)
+    finally:
+        if own is not None:
+            own.close()

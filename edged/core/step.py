@@ -1,10 +1,19 @@
 """One step core for everything that generates speech (nano-vllm's `step()` returns its outputs).
 
 `Core.step(members)` makes exactly one codec frame for each member it is given and returns what
-that step made: the members that made a frame, the vocoder windows that became ready, and the
+that step made: the members that made a frame, the vocoder windows that were decoded, and the
 members that finished (eos, or their frame limit; their last window is already in `windows`).
 Members that are not given (paused: waiting for room in their speaker buffer, or for text) come out
 of the step unchanged, whatever slot they hold. The caller decides where the outputs go.
+
+With `vocoder_threads`, the vocoder runs on a thread of its own (`VocoderWorker`) over engines of
+its own: the windows that became ready in one step are decoded while the next step computes, and
+come out of that next step (a step with no members only collects them; `pending` says there are
+some). A stream's first window and its last are decoded before the step returns, so first audio
+comes as soon as inline, and a member's last window comes out with its finish. Without
+(`vocoder_threads` 0, or a TensorRT backend: one CUDA stream, current on the step thread), each
+window is decoded inline, in the step that made it ready. Either way the frames, the windows and
+their PCM are the same.
 """
 
 from __future__ import annotations
@@ -14,13 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edged.artifact import Artifact
-from edged.backends import Backend
+from edged.backends import Backend, make_backend
 from edged.core.port import CodecPort
 from edged.families import get_family
 from edged.request import Sampling, SpeechRequest
 from edged.talker.stage import Member, Outcome, TalkerStage
 from edged.talker.text import Streamed, TextStream
 from edged.vocoder.stage import VocoderStage, Window
+from edged.vocoder.worker import VocoderWorker
 
 
 @dataclass
@@ -34,8 +44,8 @@ class StepOutput:
 
 
 class Core:
-    def __init__(self, artifact: Artifact, backend: Backend, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
-                 graph_window: int = 0):
+    def __init__(self, artifact: Artifact, backend: Backend, *, vocoder_threads: int = 0, chunk_frames: int = 4,
+                 first_chunk_frames: int = 1, graph_window: int = 0):
         """`graph_window`: the speculative verify window requests use by default (TensorRT captures the
         code predictor's plans of that window as CUDA graphs at boot)."""
         self.artifact = artifact
@@ -43,14 +53,35 @@ class Core:
         self.port = CodecPort(artifact.max_batch, artifact.max_seq, artifact.dims.code_groups)
         self.talker = TalkerStage(artifact, backend, get_family(artifact.family).talking(artifact), tables, self.port,
                                   graph_window=graph_window)
-        self.vocoder = VocoderStage(artifact, backend, self.port, chunk_frames=chunk_frames,
+        # the vocoder's own engines where its backend can run them on another thread
+        self.vocoder_backend = make_backend("onnxruntime", vocoder_threads) if (
+            vocoder_threads and backend.name == "onnxruntime") else None
+        self.vocoder = VocoderStage(artifact, self.vocoder_backend or backend, self.port, chunk_frames=chunk_frames,
                                     first_chunk_frames=first_chunk_frames)
+        self.worker = VocoderWorker(self.vocoder.fill, threaded=self.vocoder_backend is not None)
+        self.now: list[Window] = []
+        """Windows decoded before the step returns (all of them, not threaded)."""
+        self.later: list[Window] = []
+        """Windows the worker decodes while the next step computes."""
+        self.dropped = np.zeros(artifact.max_batch, dtype=bool)
+        """Slots stopped while a window of theirs was decoding: that window is not handed out."""
         self.out = StepOutput()
 
     @property
     def window_samples(self) -> int:
-        """The most PCM one step can hand out per member."""
+        """The most PCM one window holds."""
         return self.vocoder.window_frames * self.artifact.samples_per_frame
+
+    @property
+    def step_samples(self) -> int:
+        """The most PCM one step can hand out per member: with the worker, the window decoded while
+        it computed and a first or last one."""
+        return self.window_samples * (2 if self.worker.threaded else 1)
+
+    @property
+    def pending(self) -> bool:
+        """Windows are decoding that the next step hands out (with or without members)."""
+        return bool(self.later)
 
     def preallocate(self) -> dict[str, int]:
         """Claim every buffer and bind every plan; returns bytes per part."""
@@ -62,6 +93,7 @@ class Core:
     def prepare(self, request: SpeechRequest, slot: int, streamed: Streamed | None = None) -> Member:
         """Prefill `request` (a stream: its committed text so far) into `slot` and start its vocoder stream."""
         member = self.talker.prepare(request, slot, streamed)
+        self._forget(slot)
         clone = request.clone
         if clone is not None and clone.icl:
             self.vocoder.prepare(slot, clone.ref_codes, clone.primed)
@@ -86,19 +118,55 @@ class Core:
         out.frames = members
         out.windows.clear()
         out.finished.clear()
-        self.talker.step_cohort(members)
+        if members:
+            self.talker.step_cohort(members)
+        self._collect(out.windows)  # decoded while this step computed
         for m in members:
             if m.outcome is not Outcome.RUNNING:
                 self.talker.finish(m)  # the port closes: the vocoder decodes the tail now
                 out.finished.append(m)
-            window = self.vocoder.decode(m.slot)
+            window = self.vocoder.next_window(m.slot)
             if window is not None:
-                out.windows.append(window)
+                overlap = self.worker.threaded and not (window.first or window.last)
+                (self.later if overlap else self.now).append(window)
+        self._decode_now(out.windows)
+        if self.later:
+            self.worker.start(self.later)
         return out
 
+    def _collect(self, out: list[Window]) -> None:
+        """The windows handed to the worker last step, once decoded (a stopped slot's left out)."""
+        if not self.later:
+            return
+        try:
+            self.worker.wait()
+            for window in self.later:
+                if not self.dropped[window.slot]:
+                    out.append(window)
+        finally:
+            self.later.clear()
+
+    def _decode_now(self, out: list[Window]) -> None:
+        if not self.now:
+            return
+        try:
+            self.worker.run(self.now)
+            out.extend(self.now)
+        finally:
+            self.now.clear()
+
+    def _forget(self, slot: int) -> None:
+        """A slot starts over: a window of its last stream still decoding is waited for and dropped."""
+        if any(w.slot == slot for w in self.later):
+            self.worker.wait()
+            self.later[:] = [w for w in self.later if w.slot != slot]
+        self.dropped[slot] = False
+
     def stop(self, member: Member) -> None:
-        """A member leaves before its end (cancelled, failed): no tail is decoded."""
+        """A member leaves before its end (cancelled, failed): no tail is decoded, and a window of
+        its still decoding is not handed out."""
         self.talker.finish(member)
+        self.dropped[member.slot] = True
 
     def frames(self, member: Member) -> np.ndarray:
         """The member's published frames, [n, G] (a view)."""
@@ -116,5 +184,14 @@ class Core:
 
     def reset(self) -> None:
         """Forget every member; buffers stay claimed. Idempotent."""
+        self.worker.wait()
+        self.later.clear()
+        self.dropped[:] = False
         self.talker.reset()
         self.vocoder.reset()
+
+    def close(self) -> None:
+        """Stop the vocoder's thread and release its engines (the caller closes its own backend)."""
+        self.worker.close()
+        if self.vocoder_backend is not None:
+            self.vocoder_backend.close()

@@ -7,6 +7,10 @@ handed, and sends audio where `Outputs` says. Each iteration, in order:
     whose speaker buffer has room and whose text is there) -> outputs (windows to speaker,
     recorder, stream) -> ends -> watchdog progress
 
+With the vocoder on its own thread, a step hands out the windows decoded while it computed, so a
+step with no member to step still runs while windows are decoding (`Core.pending`): their audio
+never waits for a paused member.
+
 A cancel is applied at the next boundary, so it lands within one frame. A failure while preparing
 one request fails that request only; a failure of a step fails the members of that step, and the
 loop goes on. Streamed text (`more_text`) is tokenized on its own thread (`streams.TextWorker`);
@@ -87,7 +91,7 @@ class CohortLoop:
         self._text_timeouts()
         self._join()
         entries = self._ready()
-        if entries:
+        if entries or self.core.pending:
             self._step(entries)
             if self.stall_after_steps and self.counters.steps >= self.stall_after_steps:
                 log.warning("test_stall_after_steps reached: the loop hangs now")
@@ -98,11 +102,12 @@ class CohortLoop:
         s = self.scheduler
         if len(s.running) < s.max_batch and any(e.startable for e in s.waiting):
             return True
-        return any(self._has_room(e.payload) and self.core.ready(e.payload.member) for e in s.members)
+        return self.core.pending or any(self._has_room(e.payload) and self.core.ready(e.payload.member)
+                                        for e in s.members)
 
     def _has_room(self, job: Job) -> bool:
         """Whether the reply's speaker buffer takes a step's audio (a full one pauses its member)."""
-        return job.reply is None or self.speaker is None or self.speaker.room(job.reply) >= self.core.window_samples
+        return job.reply is None or self.speaker is None or self.speaker.room(job.reply) >= self.core.step_samples
 
     def _ready(self) -> list[Entry]:
         """The members that step now: room for their audio, and text to read (a streamed member
@@ -131,8 +136,9 @@ class CohortLoop:
             for entry in entries:
                 self._end(entry, "error", f"engine step failed: {exc}")
             return
-        self.counters.steps += 1
-        self.counters.frames += len(entries)
+        if entries:
+            self.counters.steps += 1
+            self.counters.frames += len(entries)
         running = self.scheduler.running
         for window in out.windows:
             self.outputs.audio(running[window.slot].payload, window)

@@ -125,7 +125,7 @@ def main() -> int:
         frames = args.frames or {"tiny": 400, "real": 40}[name]
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["XDG_STATE_HOME"] = tmp  # the daemon's voices database: not the user's
-            proc, endpoint = start_daemon(str(art), 0, Path(tmp))
+            proc, endpoint = start_daemon(str(art), Path(tmp))
             try:
                 gaps_while(endpoint, 8, False)  # warm-up
                 quiet, _ = gaps_while(endpoint, frames, False)

@@ -43,10 +43,12 @@ FAMILIES = {"tiny": "qwen3_tts", "real": "qwen3_tts", "omni-tiny": "qwen3_omni",
 """The benchmark checkpoints: the tiny random one and a random one with real dimensions, per family."""
 
 
-def requests(batch: int, frames: int, family: str = "qwen3_tts") -> list[SpeechRequest]:
+def requests(batch: int, frames: int, family: str = "qwen3_tts", verify: int = 0) -> list[SpeechRequest]:
+    """Greedy requests of `frames` frames (`verify`: the code predictor's speculative verify window)."""
     voice, language = (OMNI_SPEAKER, None) if family == "qwen3_omni" else (SPEAKER, LANGUAGE)
+    sampling = Sampling.greedy().with_overrides({"cp_spec_verify_size": verify})
     return [SpeechRequest(id=f"r{i}", text=TEXTS[i], voice=voice, language=language,
-                          sampling=Sampling.greedy(), max_frames=frames) for i in range(batch)]
+                          sampling=sampling, max_frames=frames) for i in range(batch)]
 
 
 # ------------------------------------------------------------------------------------ measurements
@@ -58,13 +60,50 @@ class Run:
     frames: int  # all members together
     first_frame_s: float | None
     first_audio_s: float | None
+    generation_s: float | None = None
+    """Per step (one frame of each member): the talker and code predictor."""
+    vocoder_s: float | None = None
+    """Per step: the vocoder's windows of every member, on whichever thread decodes them."""
+    others: float | None = None
+    """The share of the machine's CPU time that other processes took during the run."""
+
+
+class CpuWatch:
+    """How busy other processes keep the machine during a run (from /proc: Linux only)."""
+
+    def __init__(self) -> None:
+        self.start = self._times()
+
+    @staticmethod
+    def _times() -> tuple[float, float, float]:
+        """(wall, busy CPU seconds of the machine, CPU seconds of this process: every thread)."""
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+        return time.perf_counter(), busy / os.sysconf("SC_CLK_TCK"), sum(os.times()[:2])
+
+    def others(self) -> float:
+        (w0, b0, o0), (w1, b1, o1) = self.start, self._times()
+        return max(0.0, (b1 - b0) - (o1 - o0)) / ((w1 - w0) * (os.cpu_count() or 1))
+
+
+def wait_quiet(timeout_s: float, share: float = 0.1, window_s: float = 1.0) -> float:
+    """On a shared machine: wait (at most `timeout_s`) until other processes took less than `share` of
+    the CPU for a `window_s` window. Returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        watch = CpuWatch()
+        time.sleep(window_s)
+        if watch.others() < share:
+            break
+    return time.perf_counter() - t0
 
 
 @dataclass
 class Row:
     model: str
     path: str
-    threads: int
+    threads: str
+    """generation+vocoder engine threads (edged), torch threads (reference)."""
     batch: int
     runs: list[Run]
     frame_s: float
@@ -105,12 +144,16 @@ def _ms(v: float | None) -> str:
 
 def print_table(rows: list[Row]) -> None:
     head = ["model", "thr", "batch", "path", "frames", "wall ms", "spread", "frames/s", "RTF",
-            "1st frame ms", "1st audio ms", "edged/bare", "edged/ref", "check"]
+            "1st frame ms", "1st audio ms", "gen ms/step", "voc ms/step", "others' CPU", "edged/bare", "edged/ref",
+            "check"]
     body = []
     for r in rows:
-        body.append([r.model, str(r.threads), str(r.batch), r.path, str(r.frames), f"{r.wall * 1e3:.1f}",
+        others = r.median_of("others")
+        body.append([r.model, r.threads, str(r.batch), r.path, str(r.frames), f"{r.wall * 1e3:.1f}",
                      f"{r.spread * 100:.0f}%", f"{r.fps:.2f}", f"{r.rtf:.3f}",
                      _ms(r.median_of("first_frame_s")), _ms(r.median_of("first_audio_s")),
+                     _ms(r.median_of("generation_s")), _ms(r.median_of("vocoder_s")),
+                     "-" if others is None else f"{others * 100:.0f}%",
                      f"{r.ratio:.3f}" if r.ratio else "", f"{r.vs_reference:.3f}" if r.vs_reference else "",
                      r.check])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
@@ -167,13 +210,22 @@ class Case:
     checkpoint: Path
     artifact: Path
     frames: int
+    max_seq: int = 256
     notes: list[str] = field(default_factory=list)
+    weights: str = "fp32"
+    agreeable: bool = False
+    reference: bool = True
+    """Whether the reference runs on the checkpoint (fp32 weights, not agreeable)."""
     per_layer_ms: dict[tuple[str, int], float] = field(default_factory=dict)
     """(path, threads) -> ms per talker layer per frame (omni-real's projection to 20 layers)."""
 
     @property
     def family(self) -> str:
         return FAMILIES[self.name]
+
+    @property
+    def title(self) -> str:
+        return self.name + ("-agreeable" if self.agreeable else "") + ("" if self.weights == "fp32" else f"-{self.weights}")
 
 
 def cached(out: Path, what: str, build, stale=lambda out: None) -> str:
@@ -211,7 +263,29 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
     sidecars = sorted(p.name for p in art.iterdir() if p.name.endswith(".data"))
     notes.append("external data: " + (", ".join(sidecars) if sidecars else "none (every graph is one file)"))
     notes.append(f"artifact size: {sum(p.stat().st_size for p in art.iterdir() if p.is_file()) / 2**30:.2f} GiB")
-    return Case(name, ckpt, art, frames, notes)
+    return Case(name, ckpt, art, frames, max_seq, notes)
+
+
+def variant(case: Case, weights: str = "fp32", agreeable: bool = False) -> tuple[Path, list[str]]:
+    """The artifact of `case` with `weights` (fp32, or int8 / int4 quantized from the fp32 one by
+    engines.quantize) and, `agreeable`, exported from the checkpoint's engines.agreeable twin (every
+    greedy draft right); made or taken from the cache beside the case's own. With notes."""
+    from engines.export import export
+    from engines.quantize import quantize_artifact
+
+    art, notes = case.artifact, []
+    if agreeable:
+        from engines.agreeable import make_agreeable
+
+        ckpt = case.checkpoint.with_name(case.checkpoint.name + "-agreeable")
+        notes.append(cached(ckpt, "agreeable checkpoint", lambda out: make_agreeable(case.checkpoint, out)))
+        art = art.with_name(art.name + "-agreeable")
+        notes.append(cached(art, "agreeable export", lambda out: export(ckpt, out, max_batch=4, max_seq=case.max_seq),
+                            unloadable))
+    if weights != "fp32":
+        src, art = art, art.with_name(f"{art.name}-{weights}")
+        notes.append(cached(art, weights, lambda out: quantize_artifact(src, out, weights), unloadable))
+    return art, notes
 
 
 def unloadable(art: Path) -> str | None:
@@ -221,7 +295,7 @@ def unloadable(art: Path) -> str | None:
     from edged.synth import Synthesizer
 
     try:
-        Synthesizer(load_artifact(art), make_backend("onnxruntime", threads=1))
+        Synthesizer(load_artifact(art), make_backend("onnxruntime", threads=1)).close()
     except (ArtifactError, EngineError) as exc:
         return str(exc)
     return None
@@ -314,9 +388,11 @@ class BareLoop:
 # ------------------------------------------------------------------------------------ the daemon
 
 
-def start_daemon(artifact: str | None, threads: int, tmp: Path) -> tuple[subprocess.Popen, str]:
+def start_daemon(artifact: str | None, tmp: Path, threads: str = "") -> tuple[subprocess.Popen, str]:
+    """The daemon on `artifact` with the thread plan `threads` (STAGE=N,...; empty: the defaults)."""
     endpoint = f"ipc://{tmp / 'edged.sock'}"
-    (tmp / "edged.toml").write_text(f"[daemon]\nthreads = {threads}\nqueue_limit = 16\n")
+    plan = "".join(f"{part.strip()}\n" for part in threads.split(",") if part.strip())
+    (tmp / "edged.toml").write_text(f"[daemon]\nqueue_limit = 16\n[daemon.threads]\n{plan}")
     cmd = [sys.executable, "-m", "edged", "serve", "--config", str(tmp / "edged.toml"), "--listen", endpoint]
     if artifact:
         cmd += ["--artifact", artifact]

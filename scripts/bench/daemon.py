@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark the daemon end to end over the protocol against the bare engine loop, same artifact.
 
-    python scripts/bench/daemon.py [--artifact DIR] [--frames N] [--threads T] [--repeats R]
+    python scripts/bench/daemon.py [--artifact DIR] [--frames N] [--threads STAGE=N,...] [--repeats R]
 
-The daemon (`edged serve`, a subprocess) serves 1 and then 4 concurrent greedy requests of N frames,
-each from its own client thread over ipc:// with `stream: true`; the bare loop (the same bound
-plans and kernels run back to back, common.BareLoop) makes the same frames in this process.
+The daemon (`edged serve`, a subprocess, with the thread plan `--threads`, as [daemon.threads])
+serves 1 and then 4 concurrent greedy requests of N frames, each from its own client thread over
+ipc:// with `stream: true`; the bare loop (the same bound plans and kernels run back to back,
+common.BareLoop, the vocoder after each frame on the plan's generation threads) makes the same
+frames in this process. With `vocoder=0` both decode audio inline: daemon/bare is the daemon's
+overhead; with the vocoder on its own thread the daemon also overlaps it.
 Prints frames/s (all requests together), the ratio daemon/bare, and the time to first audio chunk
 as a client sees it (send -> first `audio` message) next to the bare loop's first PCM. Median of
 R runs after a warm-up; the daemon and the bare loop alternate.
@@ -29,6 +32,7 @@ from common import LANGUAGE, SPEAKER, TEXTS, BareLoop, Run, machine, requests, s
 from edged.artifact import load_artifact
 from edged.backends import make_backend
 from edged.client import Client
+from edged.config import ThreadPlan
 from edged.core import Core
 
 GREEDY = {"temperature": 0.0, "top_k": 0, "repetition_penalty": 1.0, "cp_temperature": 0.0, "cp_top_k": 0}
@@ -64,19 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--artifact", default=None, help="artifact directory (default: the built-in tiny one)")
     p.add_argument("--frames", type=int, default=100)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=ThreadPlan.parse, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
 
     print("\n".join(machine()))
     artifact = load_artifact(args.artifact)
-    core = Core(artifact, make_backend("onnxruntime", threads=args.threads))
+    plan = args.threads
+    core = Core(artifact, make_backend("onnxruntime", threads=plan.generation))
     core.preallocate()
     bare = BareLoop(core)
     print(f"artifact: {artifact.path} ({artifact.family}, max_batch {artifact.max_batch}), {args.frames} frames "
-          f"per request, {args.threads} engine thread(s), median of {args.repeats}")
+          f"per request, threads {plan}, median of {args.repeats}")
     with tempfile.TemporaryDirectory() as tmp:
-        proc, endpoint = start_daemon(args.artifact, args.threads, Path(tmp))
+        proc, endpoint = start_daemon(args.artifact, Path(tmp), str(plan))
         try:
             print(f"\n{'batch':>5} {'path':>7} {'frames/s':>9} {'wall ms':>9} {'1st audio ms':>13} {'daemon/bare':>12}")
             for batch in (1, 4):

@@ -114,11 +114,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--artifact", default=None, help="artifact directory (default: the built-in tiny model)")
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="", metavar="STAGE=N[,STAGE=N...]",
+                    help="the daemon's [daemon.threads] (default: its defaults)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="edged-bench-doors-") as tmp_name:
         tmp = Path(tmp_name)
-        daemon, endpoint = start_daemon(args.artifact, args.threads, tmp)
+        daemon, endpoint = start_daemon(args.artifact, tmp, args.threads)
         wy_port, http_port = free_port(), free_port()
         doors = [start_door(tmp, "wyoming", "--uri", f"tcp://127.0.0.1:{wy_port}", "--endpoint", endpoint),
                  start_door(tmp, "http", "--listen", f"127.0.0.1:{http_port}", "--endpoint", endpoint)]

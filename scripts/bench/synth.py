@@ -1,26 +1,39 @@
 #!/usr/bin/env python3
 """Benchmark `edged synth` against the bare engine loop and against qwen-tts, on the same weights.
 
-    python scripts/bench/synth.py [--only tiny real omni-tiny omni-real] [--frames N] [--threads 1 2] [--work DIR]
+    python scripts/bench/synth.py [--only tiny real omni-tiny omni-real] [--weights fp32 int8 int4]
+        [--agreeable] [--verify W] [--frames N] [--threads generation=1,vocoder=1 ...] [--batch 1 4] [--work DIR]
 
 For each checkpoint (Qwen3-TTS: the tiny random one, and a random one with the real
 Qwen3-TTS-12Hz-0.6B sizes; Qwen3-Omni: a tiny one, and a random one with the real Qwen3-Omni-30B-A3B
-talker widths and 6 of its 20 talker layers, engines/qwen3_omni/tiny.py REAL_LAYERS), greedy, a
-fixed number of frames, after a warm-up, median of `--repeats` runs:
+talker widths and 6 of its 20 talker layers, engines/qwen3_omni/tiny.py REAL_LAYERS), with each of
+`--weights` (int8 / int4: quantized from the fp32 artifact by engines.quantize), or with
+`--agreeable` its engines.agreeable twin (greedy, every speculative draft is right: measure it with
+`--verify 4`), greedy, a fixed number of frames, after a warm-up, median of `--repeats` runs,
+per thread plan (`--threads`, as [daemon.threads]) and batch size:
 
 1. edged: `Synthesizer.synthesize`, the step core under the scheduler, end to end (prefill, talker,
-   code predictor, vocoder windows);
-2. bare: the core's own plans and kernels run back to back with no bookkeeping (common.BareLoop) --
-   edged's overhead is the ratio of the two;
-3. reference: qwen-tts `generate_custom_voice` on the checkpoint (talker + vocoder decode; no
-   streaming, so its first audio is its total time); for Qwen3-Omni, transformers' talker
-   generation from the same prompt and its code2wav (engines/qwen3_omni/reference.py).
+   code predictor, vocoder windows), with the plan: the vocoder on a thread of its own, decoding a
+   step's windows while the next step computes;
+2. edged inline: the same with the vocoder after each step on generation's thread (vocoder=0: no
+   overlap, as before the vocoder had a thread);
+3. bare: the core's own plans and kernels run back to back with no bookkeeping (common.BareLoop, the
+   vocoder inline) -- edged inline's overhead is the ratio of the two;
+4. reference (fp32, not agreeable): qwen-tts `generate_custom_voice` on the checkpoint (talker +
+   vocoder decode; no streaming, so its first audio is its total time), with as many torch threads
+   as the plan has engine threads; for Qwen3-Omni, transformers' talker generation from the same
+   prompt and its code2wav (engines/qwen3_omni/reference.py).
 
-Metrics: frames/s, real-time factor (wall seconds / audio seconds), time to first frame, time to
-first audio (first PCM window). Bare's clock starts at its prefill (its prompt rows are built
-untimed), so edged's first-frame lead also counts tokenizing and laying out the prompt. Checkpoints
-and artifacts are cached in `--work`: the real-dims checkpoint is ~4.3 GB (~40 s to build), its
-artifact ~5.9 GB (~12 min and ~11 GB of RAM to export on 2 cores). Needs the `export` extra.
+Metrics: frames/s (every member of the cohort), real-time factor (wall seconds / audio seconds of
+one stream), time to first frame, time to first audio (first PCM window), and per step (one frame of
+each member) the generation time (talker and code predictor) and the vocoder's (its windows, on
+whichever thread decodes them): inline a step costs their sum, overlapped about their maximum.
+"others' CPU" is the share of the machine's CPU time other processes took during the runs (a
+busy machine slows the overlap first: it needs a free core). Bare's clock starts at its prefill
+(its prompt rows are built untimed), so edged's first-frame lead also counts tokenizing and laying
+out the prompt. Checkpoints and artifacts are cached in `--work`: the real-dims checkpoint is
+~4.3 GB (~40 s to build), its artifact ~3.3 GB (~5 min and ~11 GB of RAM to export on 2 cores).
+Needs the `export` extra.
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ import gc
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +64,7 @@ from common import (
     TEXTS,
     BareLoop,
     Case,
+    CpuWatch,
     Row,
     Run,
     load,
@@ -57,21 +72,47 @@ from common import (
     prepare_case,
     print_table,
     requests,
+    variant,
+    wait_quiet,
 )
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
+from edged.config import ThreadPlan
 from edged.request import SpeechRequest
 from edged.synth import Synthesizer
 
+QUIET_S = 0.0
+"""--quiet: the longest wait before each timed run for other processes to leave the CPU alone."""
+
 
 def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]:
+    wait_quiet(QUIET_S)
+    watch = CpuWatch()
     t0 = time.perf_counter()
     results = synth.synthesize(reqs)
     wall = time.perf_counter() - t0
     first = results[0].report  # the first request starts with the run
+    steps = max(r.frames.shape[0] for r in results)
+    talker = first["stages"][0]  # every member of a cohort that starts together is in each of its steps
+    vocoder_ms = sum(r.report["stages"][1]["vocoder_ms"] for r in results)
     return Run(wall, sum(r.frames.shape[0] for r in results), first["first_frame_ms"] / 1e3,
-               first["first_audio_ms"] / 1e3), results
+               first["first_audio_ms"] / 1e3, talker["step_ms"] / talker["frames"] / 1e3, vocoder_ms / steps / 1e3,
+               watch.others()), results
+
+
+def run_bare(bare: BareLoop, reqs: list[SpeechRequest], frames: int) -> Run:
+    bare.setup(reqs)
+    wait_quiet(QUIET_S)
+    watch = CpuWatch()
+    run = bare.run(frames)
+    run.others = watch.others()
+    return run
+
+
+def label(plan: ThreadPlan) -> str:
+    """generation+vocoder threads (0 vocoder threads: inline)."""
+    return f"{plan.generation}+{plan.vocoder}"
 
 
 def run_reference(case: Case, model, text: str, frames: int) -> tuple[Run, np.ndarray, np.ndarray]:
@@ -101,59 +142,72 @@ def load_reference(case: Case):
     return load_tts(case.checkpoint)
 
 
-def bench_case(case: Case, threads: list[int], repeats: int, batches: list[int], profile: bool) -> list[Row]:
+def bench_case(case: Case, plans: list[ThreadPlan], repeats: int, batches: list[int], profile: bool,
+               verify: int) -> list[Row]:
     artifact = load_artifact(case.artifact)
     frame_s = artifact.samples_per_frame / artifact.sample_rate
     out: list[Row] = []
-    edged_frames: dict[int, list] = {}
-    for t in threads:
+    edged_frames: dict[str, list] = {}
+    for plan in plans:
+        inline_plan = ThreadPlan(plan.generation, 0, plan.clone_encoder)
         t_boot = time.perf_counter()
-        synth = Synthesizer(artifact, make_backend("onnxruntime", threads=t))
-        case.notes.append(f"threads={t}: Synthesizer boot {time.perf_counter() - t_boot:.1f} s, "
-                          f"claimed {sum(synth.claimed.values()) / 2**20:.0f} MiB")
-        bare = BareLoop(synth.core)
+        inline = Synthesizer(artifact, make_backend("onnxruntime", threads=plan.generation))
+        overlap = Synthesizer(artifact, make_backend("onnxruntime", threads=plan.generation),
+                              vocoder_threads=plan.vocoder) if plan.vocoder else None
+        case.notes.append(f"threads {plan}: Synthesizer boot {time.perf_counter() - t_boot:.1f} s, "
+                          f"claimed {sum(inline.claimed.values()) / 2**20:.0f} MiB each")
+        synths = [(label(inline_plan), "edged inline", inline)] + ([(label(plan), "edged", overlap)] if overlap else [])
+        bare = BareLoop(inline.core)
         for batch in batches:
-            reqs = requests(batch, case.frames, case.family)
-            run_edged(synth, reqs)  # warm-up
-            bare.setup(reqs)
-            bare.run(case.frames)  # warm-up
-            e_runs, b_runs = [], []
-            for _ in range(repeats):  # interleaved, so drift hits both alike
-                run, results = run_edged(synth, reqs)
-                e_runs.append(run)
-                bare.setup(reqs)
-                b_runs.append(bare.run(case.frames))
+            reqs = requests(batch, case.frames, case.family, verify)
+            for _, _, synth in synths:
+                run_edged(synth, reqs)  # warm-up
+            run_bare(bare, reqs, case.frames)  # warm-up
+            runs: dict[str, list[Run]] = {path: [] for _, path, _ in synths}
+            b_runs = []
+            for _ in range(repeats):  # interleaved, so drift hits every path alike
+                for _, path, synth in synths:
+                    run, results = run_edged(synth, reqs)
+                    runs[path].append(run)
+                b_runs.append(run_bare(bare, reqs, case.frames))
             check = bare.check(results, case.frames)
             if batch == 1:
-                edged_frames[t] = results
-            e = Row(case.name, "edged", t, batch, e_runs, frame_s)
-            b = Row(case.name, "bare", t, batch, b_runs, frame_s, check=check)
-            e.ratio = e.wall / b.wall
-            out += [b, e]
-            progress(out[-2:])
+                edged_frames[label(plan)] = results
+            b = Row(case.title, "bare", label(inline_plan), batch, b_runs, frame_s, check=check)
+            rows = [b] + [Row(case.title, path, name, batch, runs[path], frame_s) for name, path, _ in synths]
+            for row in rows[1:]:
+                row.ratio = row.wall / b.wall
+            out += rows
+            progress(rows)
         if case.name == "omni-real":
             layers = artifact.dims.layers
-            case.per_layer_ms[("edged", t)] = decode_step_ms(synth) / layers
-            case.notes.append(f"threads={t}: talker decode step {case.per_layer_ms[('edged', t)] * layers:.1f} ms "
-                              f"at {layers} layers")
-        if profile and t == threads[0]:
-            cprofile(synth, requests(1, case.frames, case.family))
-        del synth, bare
+            case.per_layer_ms[("edged", label(plan))] = decode_step_ms(inline) / layers
+            case.notes.append(f"threads {plan}: talker decode step "
+                              f"{case.per_layer_ms[('edged', label(plan))] * layers:.1f} ms at {layers} layers")
+        if profile and plan == plans[0]:
+            cprofile(overlap or inline, requests(1, case.frames, case.family, verify))
+        for _, _, synth in synths:
+            synth.close()
+        del inline, overlap, synths, bare
         gc.collect()
-    out += bench_reference(case, threads, repeats, frame_s, edged_frames, out)
+    if case.reference:
+        out += bench_reference(case, plans, repeats, frame_s, edged_frames, out)
     return out
 
 
-def bench_reference(case: Case, threads: list[int], repeats: int, frame_s: float,
-                    edged_frames: dict[int, list], rows: list[Row]) -> list[Row]:
+def bench_reference(case: Case, plans: list[ThreadPlan], repeats: int, frame_s: float,
+                    edged_frames: dict[str, list], rows: list[Row]) -> list[Row]:
+    """qwen-tts (or transformers) on the checkpoint, with as many torch threads as each plan has engine
+    threads; compared with edged's overlapped rows (its inline ones where the plan has no vocoder thread)."""
     import torch
 
     t_load = time.perf_counter()
     model = load_reference(case)
     case.notes.append(f"reference load {time.perf_counter() - t_load:.1f} s")
     out = []
-    for t in threads:
-        torch.set_num_threads(t)
+    for plan in plans:
+        t = label(plan)
+        torch.set_num_threads(plan.generation + plan.vocoder)
         run_reference(case, model, TEXTS[0], case.frames)  # warm-up
         runs = []
         for _ in range(repeats):
@@ -167,11 +221,12 @@ def bench_reference(case: Case, threads: list[int], repeats: int, frame_s: float
             check = f"frames {'=' if same else '!='} edged, pcm max err {err:.1e}"
         if case.name == "omni-real":
             case.per_layer_ms[("reference", t)] = reference_layer_ms(case, model, runs)
-        ref = Row(case.name, "reference", t, 1, runs, frame_s, check=check)
+        ref = Row(case.title, "reference", t, 1, runs, frame_s, check=check)
         out.append(ref)
         progress([ref])
         for row in rows:
-            if row.path == "edged" and row.threads == t and row.batch == 1:
+            if row.path.startswith("edged") and row.threads in (t, label(ThreadPlan(plan.generation, 0))) \
+                    and row.batch == 1:
                 row.vs_reference = row.wall / ref.wall
     torch.set_num_threads(1)
     del model
@@ -245,20 +300,37 @@ def progress(rows: list[Row]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", choices=list(FAMILIES), nargs="+", default=None, help="these checkpoints only")
+    p.add_argument("--weights", choices=["fp32", "int8", "int4"], nargs="+", default=["fp32"],
+                   help="fp32, or 8- / 4-bit weights quantized from it (engines.quantize)")
+    p.add_argument("--agreeable", action="store_true",
+                   help="the checkpoints' engines.agreeable twins (Qwen3-TTS): every greedy draft right")
+    p.add_argument("--verify", type=int, default=0, help="the code predictor's speculative verify window (0: off)")
     p.add_argument("--frames", type=int, default=None, help="frames per utterance (default: tiny 40, real 16)")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="ORT intra-op (and torch) threads")
+    p.add_argument("--threads", type=ThreadPlan.parse, nargs="+",
+                   default=[ThreadPlan(1, 1), ThreadPlan(2, 1)], metavar="generation=G,vocoder=V",
+                   help="thread plans (as [daemon.threads]); each is measured overlapped (vocoder on its own "
+                        "thread) and inline (vocoder=0, G generation threads)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 4], help="cohort sizes for edged and bare")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per configuration (median reported)")
     p.add_argument("--max-seq", type=int, default=256, help="KV slots of the exported artifacts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench",
                    help="cache for checkpoints and artifacts")
+    p.add_argument("--no-reference", dest="reference", action="store_false",
+                   help="skip qwen-tts (it runs only on fp32, not agreeable, checkpoints anyway)")
     p.add_argument("--profile", action="store_true", help="cProfile one edged run per checkpoint")
+    p.add_argument("--quiet", type=float, default=0.0, metavar="S",
+                   help="on a shared machine: before each timed run wait up to S seconds for other processes to "
+                        "take under 10%% of the CPU for a second")
     args = p.parse_args(argv)
+    global QUIET_S
+    QUIET_S = args.quiet
     if args.repeats < 3:
         p.error("--repeats must be >= 3 (the median of fewer runs is not robust)")
     if any(b < 1 or b > 4 for b in args.batch):
         p.error("--batch sizes must be in 1..4 (the artifacts are exported with max_batch 4)")
+    if args.agreeable and any(FAMILIES[name] != "qwen3_tts" for name in args.only or FAMILIES):
+        p.error("--agreeable takes Qwen3-TTS checkpoints only (--only tiny real)")
 
     import torch
 
@@ -267,28 +339,55 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
     rows, cases = [], []
+    plans = ", ".join(map(str, args.threads))
     for name in list(FAMILIES) if args.only is None else args.only:
         frames = args.frames or (16 if name.endswith("real") else 40)
         print(f"\n== {name}: preparing", flush=True)
-        case = prepare_case(name, args.work, frames, args.max_seq, args.seed)
-        print("\n".join("  " + n for n in case.notes), flush=True)
-        case.notes.clear()
-        print(f"== {name}: {frames} frames, threads {args.threads}, batches {args.batch}, "
-              f"{args.repeats} repeats", flush=True)
-        rows += bench_case(case, args.threads, args.repeats, args.batch, args.profile)
-        cases.append(case)
+        base = prepare_case(name, args.work, frames, args.max_seq, args.seed)
+        print("\n".join("  " + n for n in base.notes), flush=True)
+        for weights in args.weights:
+            art, notes = variant(base, weights, args.agreeable)
+            print("\n".join("  " + n for n in notes), flush=True)
+            case = replace(base, artifact=art, weights=weights, agreeable=args.agreeable, notes=[], per_layer_ms={},
+                           reference=args.reference and weights == "fp32" and not args.agreeable)
+            print(f"== {case.title}: {frames} frames, verify {args.verify or 'off'}, threads {plans}, batches "
+                  f"{args.batch}, {args.repeats} repeats", flush=True)
+            rows += bench_case(case, args.threads, args.repeats, args.batch, args.profile, args.verify)
+            cases.append(case)
     print("\n" + "\n".join(header) + f"\nat the end, {load()}")
     for case in cases:
-        print(f"{case.name}: " + "; ".join(case.notes))
-        if case.name == "omni-real":
+        print(f"{case.title}: " + "; ".join(case.notes))
+        if case.name == "omni-real" and case.reference:
             layers = load_artifact(case.artifact).dims.layers
-            print("\n".join(projection(case, [r for r in rows if r.model == case.name], layers)))
+            print("\n".join(projection(case, [r for r in rows if r.model == case.title], layers)))
     print()
     print_table(rows)
     print("\nRTF = median wall / audio of one stream (80 ms per frame); frames/s counts every member of "
-          "the cohort; spread = (max - min) / median of the timed runs; check: bare's frames and PCM against "
-          "edged's, the reference's against edged's.")
+          "the cohort; thr = generation+vocoder engine threads (vocoder 0: inline, after each step), torch "
+          "threads for the reference; gen / voc ms/step: per step (a frame of each member), the talker and code "
+          "predictor / the vocoder's windows; spread = (max - min) / median of the timed runs; check: bare's "
+          "frames and PCM against edged's, the reference's against edged's.")
+    print("\n" + "\n".join(summary(rows)))
     return 0
+
+
+def summary(rows: list[Row]) -> list[str]:
+    """Per checkpoint and plan: RTF overlapped and inline, and the cohort's frames/s at the largest batch
+    over batch 1's."""
+    lines = []
+    for model in dict.fromkeys(r.model for r in rows):
+        for r in rows:
+            if r.model != model or r.path != "edged":
+                continue
+            inline = next(x for x in rows if x.model == model and x.path == "edged inline" and x.batch == r.batch
+                          and x.threads == f"{r.threads.split('+')[0]}+0")
+            one = next((x for x in rows if x.model == model and x.path == r.path and x.threads == r.threads
+                        and x.batch == 1), None)
+            scale = f", frames/s {r.fps / one.fps:.2f}x batch 1's" if one is not None and r.batch > 1 else ""
+            lines.append(f"{model} {r.threads} batch {r.batch}: RTF {r.rtf:.3f} overlapped, {inline.rtf:.3f} inline "
+                         f"({inline.threads}){scale}; first audio {r.median_of('first_audio_s') * 1e3:.0f} ms "
+                         f"overlapped, {inline.median_of('first_audio_s') * 1e3:.0f} ms inline")
+    return lines
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import cached, machine, prepare_case, requests, unloadable
+from common import machine, prepare_case, requests, variant
 from roofline import BITS, bandwidth, stage_bytes, stage_times
 
 WEIGHTS = ("fp32", "int8", "int4")
@@ -44,15 +44,13 @@ WEIGHTS = ("fp32", "int8", "int4")
 def measure(artifact: Path, threads: int, frames: int, repeats: int, window: int) -> dict:
     """In this process: RTF, stage ms per frame, resident memory, the code predictor's passes, drafts
     and accepted drafts per frame."""
-    from dataclasses import replace
-
     from edged.artifact import load_artifact
     from edged.backends import make_backend
     from edged.synth import Synthesizer
 
     a = load_artifact(artifact)
     synth = Synthesizer(a, make_backend("onnxruntime", threads=threads))
-    reqs = [replace(r, sampling=replace(r.sampling, cp_spec_verify_size=window)) for r in requests(1, frames, a.family)]
+    reqs = requests(1, frames, a.family, window)
     synth.synthesize(reqs)
     walls = []
     for _ in range(repeats):
@@ -84,22 +82,12 @@ def weight_bytes_held(path: Path) -> int:
 
 def artifacts(work: Path, frames: int, max_seq: int) -> dict[tuple[str, str], Path]:
     """(checkpoint, weights) -> its artifact, made or taken from the cache."""
-    from engines.agreeable import make_agreeable
-    from engines.export import export
-    from engines.quantize import quantize_artifact
-
     case = prepare_case("real", work, frames, max_seq, 0)
-    ckpt, art = case.checkpoint.with_name(case.checkpoint.name + "-agreeable"), case.artifact.name + "-agreeable"
-    print(cached(ckpt, "agreeable checkpoint", lambda out: make_agreeable(case.checkpoint, out)), flush=True)
-    paths = {("random", "fp32"): case.artifact, ("agreeable", "fp32"): case.artifact.with_name(art)}
-    print(cached(paths["agreeable", "fp32"], "agreeable export",
-                 lambda out: export(ckpt, out, max_batch=4, max_seq=max_seq), unloadable), flush=True)
+    paths = {}
     for name in ("random", "agreeable"):
-        for w in WEIGHTS[1:]:
-            src = paths[name, "fp32"]
-            paths[name, w] = src.with_name(f"{src.name}-{w}")
-            print(cached(paths[name, w], f"{name} {w}", lambda out, src=src, w=w: quantize_artifact(src, out, w), unloadable),
-                  flush=True)
+        for w in WEIGHTS:
+            paths[name, w], notes = variant(case, w, agreeable=name == "agreeable")
+            print("\n".join(notes), flush=True)
     return paths
 
 

@@ -137,7 +137,7 @@ def test_synth_ref_audio_equals_generate_voice_clone(variant, artifacts, tiny_re
             assert np.array_equal(voice.ref_codes, ref_codes)
         out, frames = tmp_path / "out.wav", tmp_path / "frames.json"
         args = ["synth", "--artifact", str(art.path), "--text", "Cloned from a file.", "--ref-audio", str(wav),
-                "--greedy", "--max-frames", "16", "--out", str(out), "--codes", str(frames), "--threads", "1"]
+                "--greedy", "--max-frames", "16", "--out", str(out), "--codes", str(frames), "--threads", "generation=1"]
         assert main(args + (["--ref-text", ref_text] if ref_text else [])) == 0
         import json
 

@@ -62,6 +62,9 @@ COHERENCE = 0.85
 GATE_COHERENCE = 0.6
 """The same, faster, for the near-end verdict: a path change must not pass for the user while the
 slower estimate catches up."""
+GATE_BIAS = (1 - GATE_COHERENCE) / (1 + GATE_COHERENCE)
+"""The magnitude-squared coherence an exponential average of that smoothing shows between unrelated
+signals (1 / its effective number of blocks): 0.25, as much as a 6 dB verdict allows."""
 REOPEN = 2.0
 """The coherent residual must exceed the residual P expects by this factor before P is scaled up..."""
 COHERENT_SHARE = 0.25
@@ -116,6 +119,7 @@ class EchoCanceller:
         self.s_yy = np.zeros(bins)
         self.g_ey = np.zeros(bins, dtype=np.complex128)
         self.g_yy = np.zeros(bins)
+        self.g_ee = np.zeros(bins)
         self.s_ee = np.zeros(bins)
         self.s_rr = np.zeros(bins)
         self.p_ey = self.p_yy = 0.0
@@ -151,7 +155,7 @@ class EchoCanceller:
         self.p[:] = self.prior
         self.psi[:] = 0.0
         self.s_ey[:] = self.g_ey[:] = 0.0
-        self.s_yy[:] = self.g_yy[:] = self.s_ee[:] = self.s_rr[:] = 0.0
+        self.s_yy[:] = self.g_yy[:] = self.g_ee[:] = self.s_ee[:] = self.s_rr[:] = 0.0
         self.p_ey = self.p_yy = 0.0
         self.leak = 0.0
 
@@ -220,7 +224,12 @@ class EchoCanceller:
         self.g_ey += (1 - g) * res * np.conj(est)
         self.g_yy *= g
         self.g_yy += (1 - g) * est2
-        coherent_now = (self.g_ey.real ** 2 + self.g_ey.imag ** 2) / np.maximum(self.g_yy, 1e-20)
+        self.g_ee *= g
+        self.g_ee += (1 - g) * res2
+        # less the coherence that so short an average shows between unrelated signals (GATE_BIAS):
+        # else a user's own voice would count as a share of echo wherever the estimate sounds
+        coherent_now = np.maximum(self.g_ey.real ** 2 + self.g_ey.imag ** 2 - GATE_BIAS * self.g_ee * self.g_yy, 0.0)
+        coherent_now /= np.maximum(self.g_yy, 1e-20) * (1 - GATE_BIAS)
 
         if sound:  # silence teaches nothing, and the path is no less known after it
             self._adapt(x, x2, err, expected, coherent, est2, res2)

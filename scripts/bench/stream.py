@@ -5,7 +5,7 @@
 
 Starts jackd (the dummy backend, 24 kHz, 256-frame periods) and the daemon on the built-in tiny
 artifact with its speaker on it, so generation is paced by real-time playback the way it is on a
-device (`audio.ring_ms` 200 and `audio.ahead_ms` 400: a reply runs at most 0.6 s ahead of what is
+device (`audio.ring_ms` 200 and `audio.ahead_ms` 640: a reply runs at most 0.84 s ahead of what is
 heard). The text arrives at each rate as `text` pieces, one token of the talker's own tokenizer
 each (what a Qwen LLM, which shares it, streams), after a `speak` with `more_text: true` carrying
 the first one. Per rate, median of
@@ -146,7 +146,7 @@ def main() -> int:
 
     print("\n".join(machine()), flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="edged-bench-"))
-    daemon = Daemon(tmp, config='[audio]\ndevice = "system"\ninput_device = "none"\nring_ms = 200\nahead_ms = 400\n'
+    daemon = Daemon(tmp, config='[audio]\ndevice = "system"\ninput_device = "none"\nring_ms = 200\nahead_ms = 640\n'
                                '[events]\nlisten = "none"\n')
     stream_pieces = pieces(TEXT)
     certain = first_certain(stream_pieces)

@@ -62,10 +62,10 @@ one period of slack. More means it fell behind: a regression, unless the audio s
 @pytest.fixture(scope="module")
 def rig(jack_server, tmp_path_factory):
     """One daemon on the module's JACK server, its event socket, and the patchbay. A reply may run
-    only ring_ms + ahead_ms = 700 ms ahead of the speaker, so every test here also exercises
+    only ring_ms + ahead_ms = 940 ms ahead of the speaker, so every test here also exercises
     generation paused on a full buffer and resumed as the speaker drains it."""
     with audio_rig(jack_server.name, tmp_path_factory.mktemp("audio-daemon"),
-                   'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 400\n[history]\ndefault_ms_per_unit = 250.0\n') as rig:
+                   'lost_after_ms = 5000\nring_ms = 300\nahead_ms = 640\n[history]\ndefault_ms_per_unit = 250.0\n') as rig:
         _, bay, _, client, _ = rig
         bay.patch(record=False)
         assert client.speak(TEXT, max_audio_ms=1000, session="warm-up").wait().reason == "length"

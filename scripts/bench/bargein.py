@@ -210,6 +210,10 @@ def main() -> int:
             tmp = Path(tempfile.mkdtemp(prefix=f"edged-bench-{mode}-"))
             (rooms if mode == "room" else wire)(args, name, tmp)
     finally:
+        sounddevice = sys.modules.get("sounddevice")  # pyroomacoustics loads it: PortAudio must let go of
+        if sounddevice is not None:                   # the JACK server before the server goes
+            while sounddevice._initialized:
+                sounddevice._terminate()
         jackd.terminate()
         jackd.wait(10)
     return 0

@@ -95,6 +95,9 @@ class Listener:
         self.barge_ins = 0
         self.speech_starts = 0
         self.echo_refusals = 0
+        self.heard_blocks = 0
+        """Blocks processed in a row while a reply was heard: the near-end share counts only once its
+        whole window lies in them (at a reply's first blocks it would still hold the pause's silence)."""
         """Speech heard while a reply played that the gate took for the reply's own echo."""
         self.overruns = 0
         self._lock = threading.Lock()
@@ -219,6 +222,8 @@ class Listener:
         else:
             self.clean[:] = self.mic_block
         self.index += self.block
+        speaker = self.speaker
+        self.heard_blocks = self.heard_blocks + 1 if speaker is not None and speaker.speaking() else 0
         self._vad(self.resampler.resample_chunk(self.clean))
 
     def _reference(self, mic: Microphone) -> None:
@@ -266,10 +271,11 @@ class Listener:
 
     def _speech(self, event: str | None) -> None:
         """VAD decisions -> `vad` events; user speech (begun now or earlier) while a reply is heard
-        -> barge-in, when the echo canceller says the speech stands above the echo it expects."""
+        -> barge-in, when the echo canceller says the speech stands above the echo it expects over
+        blocks of that reply (speech begun in a pause is judged against the reply's echo too)."""
         speaker = self.speaker
         heard = speaker is not None and speaker.speaking()
-        near_end = float(self.near.mean()) >= NEAR_END_SHARE
+        near_end = self.heard_blocks >= len(self.near) and float(self.near.mean()) >= NEAR_END_SHARE
         if event is not None:
             self.speech_starts += event == "start"
             self.echo_refusals += event == "start" and heard and not near_end

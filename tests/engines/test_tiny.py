@@ -226,5 +226,5 @@ def test_a_base_checkpoint_has_a_speaker_encoder_and_its_custom_twins_speech_tok
     t = np.arange(24000) / 24000
     xvector = model.model.extract_speaker_embedding(np.sin(2 * np.pi * 200 * t).astype(np.float32) * 0.3, 24000)
     assert tuple(xvector.shape) == (config["talker_config"]["hidden_size"],) and float(xvector.abs().max()) > 0
-    with pytest.raises(ValueError, match="unknown checkpoint kind 'voice_design'"):
-        build_tiny(tmp_path / "vd", 0, 0, kind="voice_design")
+    with pytest.raises(ValueError, match="unknown checkpoint kind 'voice_clone'"):
+        build_tiny(tmp_path / "vc", 0, 0, kind="voice_clone")

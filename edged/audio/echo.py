@@ -10,7 +10,10 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   (given by the listener: the speaker's DAC latency plus the microphone's) less LEAD_BLOCKS blocks,
   so the direct path falls in the filter's first partitions from the first block on. A GCC-PHAT
   search (every half second of sound) moves `lag` only when the echo's peak lies outside those
-  partitions (the latency was misreported), and the filter starts over there.
+  partitions (the latency was misreported), and the filter starts over there. A latency reported
+  long by more than the lead (an audio server's loopback skips the DAC) cannot move `lag` below
+  zero: the search then moves the prior to the partition the echo starts in (RECENTER), which
+  otherwise would learn it at a hundredth of the step.
 - **The filter** spans the room: TAIL_S of echo in partitions of one block each (partitioned-block
   frequency-domain filter, overlap-save), adapted as a Kalman filter per bin and partition: each
   partition's step is its uncertainty P over the expected error power. P starts as a prior of how a
@@ -28,8 +31,9 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   filter cannot model (a leakage factor times the echo estimate's power: the loudspeaker's
   distortion, estimated by regression as speexdsp does, and learned only on blocks the gate took for
   echo: a user's voice follows the echo's spectrum too) and the part of the residual coherent with
-  the echo estimate (a path change) is subtracted by a spectral gain (over-subtraction OVER, floor
-  FLOOR_DB). The user's speech passes where it stands above the expected residual.
+  the echo estimate (a path change, at most COHERENT_CAP times the estimate's power) is subtracted
+  by a spectral gain (over-subtraction OVER, floor FLOOR_DB). The user's speech passes where it
+  stands above the expected residual.
 - **What the gate reads.** Per block: the output's energy and the residual echo expected in it
   (after the gain), the coherent part from a faster estimate (GATE_COHERENCE) so that a changed
   path's first blocks are counted as echo too. `near_end()` says whether the output stands above
@@ -70,9 +74,16 @@ REOPEN = 2.0
 COHERENT_SHARE = 0.25
 """...and be this share of the residual: a changed path's residual follows the echo estimate, a
 user's does not (its coherence with the estimate is only the smoothing's bias, about 0.08)."""
+COHERENT_CAP = 2.0
+"""The most residual the echo estimate can explain, per bin, against its own power: a path
+uncorrelated with the one learned leaves twice the echo. A loud user's voice shows the short
+averages' coherence bias in the residual, which the cap keeps from counting as echo beyond that."""
 UNLEARNED = 0.1
 """The delay search finds an echo, and the filter's taps hold less than this share of the
 microphone's power over the reference's: the echo is new (the path changed from none)."""
+RECENTER = 0.3
+"""The delay search moves the prior to the partition it found the echo's start in when the prior
+there is below this share of its direct partition's (two partitions earlier than it, or three later)."""
 OVER = 2.0
 """Over-subtraction of the expected residual echo in the suppressor's gain."""
 FLOOR_DB = -40.0
@@ -102,13 +113,10 @@ class EchoCanceller:
         self.head = 0
         self.w = np.zeros((k, bins), dtype=np.complex128)
         self.p = np.zeros((k, bins), dtype=np.float64)
-        age = np.arange(k) - LEAD_BLOCKS
-        decay = 10 ** (-6 * np.maximum(age, 0) * b / rate / PRIOR_RT60_S)
-        decay[age < -1] = 0.01
-        if LEAD_BLOCKS:
-            decay[LEAD_BLOCKS - 1] = 0.3
-        self.prior = PRIOR_GAIN * decay[:, None] * np.ones(bins)
-        """How uncertain each tap is before anything is learned: the echo a room may have."""
+        self.bins = bins
+        self.prior = self._prior(LEAD_BLOCKS)
+        """How uncertain each tap is before anything is learned: the echo a room may have, its direct
+        path in the partition the latency puts it in, or the one the delay search found it in."""
         self.psi = np.zeros(bins)
         self.err = np.zeros(2 * b)
         self.window = np.sqrt(np.hanning(2 * b + 1)[:-1])  # periodic sqrt-Hann
@@ -136,7 +144,8 @@ class EchoCanceller:
         """Forget the echo path (a new device): filter, uncertainty, delay and histories."""
         for a in (self.ref, self.err, self.res_frame, self.est_frame, self.tail, self.mic_hist, self.ref_hist):
             a[:] = 0.0
-        self._restart(max(0, self.latency - LEAD_BLOCKS * self.block))
+        lag = max(0, self.latency - LEAD_BLOCKS * self.block)
+        self._restart(lag, (self.latency - lag) // self.block)
         self.blocks = self.sound_blocks = 0
         self.lags_found = 0
         self.path_changes = 0
@@ -148,8 +157,18 @@ class EchoCanceller:
         self.out_energy = self.echo_energy = 0.0
         """The last block's output energy and the residual echo energy expected in it."""
 
-    def _restart(self, lag: int) -> None:
+    def _prior(self, direct: int) -> np.ndarray:
+        """The prior with the direct path in partition `direct`: partitions before it are unlikely,
+        the ones after decay as a room of PRIOR_RT60_S."""
+        age = np.arange(self.parts) - direct
+        decay = 10 ** (-6 * np.maximum(age, 0) * self.block / self.rate / PRIOR_RT60_S)
+        decay[age < -1] = 0.01
+        decay[age == -1] = 0.3
+        return PRIOR_GAIN * decay[:, None] * np.ones(self.bins)
+
+    def _restart(self, lag: int, direct: int) -> None:
         self.lag = lag
+        self.prior = self._prior(direct)
         self.spectra[:] = 0.0
         self.w[:] = 0.0
         self.p[:] = self.prior
@@ -166,7 +185,7 @@ class EchoCanceller:
         if 0 <= lag <= self.max_lag:
             self.lag = lag
         else:
-            self._restart(min(max(lag, 0), self.max_lag))
+            self._restart(min(max(lag, 0), self.max_lag), LEAD_BLOCKS)
 
     def near_end(self) -> bool:
         """The last block's output stands NEAR_DB above the residual echo expected in it."""
@@ -236,7 +255,9 @@ class EchoCanceller:
             if not self.near_end():  # the last block was echo: a user's voice must not pass for leakage
                 self._leakage(res2, est2)
 
-        # the suppressor
+        # the suppressor; a changed path leaves at most COHERENT_CAP times the echo estimate's power
+        np.minimum(coherent, COHERENT_CAP * est2, out=coherent)
+        np.minimum(coherent_now, COHERENT_CAP * est2, out=coherent_now)
         echo = expected + self.leak * est2 + coherent
         s = SMOOTHING
         self.s_ee *= s
@@ -306,12 +327,21 @@ class EchoCanceller:
         self.lags_found += 1
         b = self.block
         if not self.lag <= peak < self.lag + (LEAD_BLOCKS + 1) * b:
-            self._restart(max(0, peak - LEAD_BLOCKS * b))
+            lag = max(0, peak - LEAD_BLOCKS * b)
+            self._restart(lag, (peak - lag) // b)
+            return
+        direct = (peak - self.lag) // b
+        allowed = float(np.dot(self.mic_hist, self.mic_hist)) / max(float(np.dot(self.ref_hist, self.ref_hist)), 1e-20)
+        if self.prior[direct, 0] < RECENTER * PRIOR_GAIN:
+            # The echo starts where the prior thought it unlikely (the latency was reported long, and
+            # the lag cannot start before the reference): the prior moves to it, and those partitions
+            # become as uncertain as it says, at the level the microphone has against the reference.
+            self.prior = self._prior(direct)
+            np.maximum(self.p, self.prior * (allowed / PRIOR_GAIN), out=self.p)
             return
         # An echo where the filter has learned next to none (the loudspeaker was silent in the
         # microphone until now, or far quieter): as uncertain as the prior, at the level the
         # microphone now has against the reference.
-        allowed = float(np.dot(self.mic_hist, self.mic_hist)) / max(float(np.dot(self.ref_hist, self.ref_hist)), 1e-20)
         learned = float(np.sum(self.w.real ** 2 + self.w.imag ** 2)) / self.w.shape[1]
         if learned < UNLEARNED * allowed:
             np.maximum(self.p, self.prior * (allowed / PRIOR_GAIN), out=self.p)

@@ -171,8 +171,9 @@ def test_user_speech_barges_in(rig):
     room would mix them: the echo canceller removes the voice, the VAD hears the user. Each take
     speaks in its own session."""
     daemon, bay, sub, client, speech = rig
-    # Known defect, not measured here: the first barge-in after boot decides about 0.9 s after the
-    # onset (deterministic on a fresh rig; later ones 0.05-0.27 s). One unmeasured barge-in first.
+    # Not measured here: the first reply whose echo the canceller hears is its cold case (docs/audio.md,
+    # "The first barge-in on the wire": a short first word is suppressed with the echo it is still
+    # learning). One unmeasured barge-in first.
     quiet(client)
     bay.patch(record=True, voice=True, loopback=True)
     first = client.speak(TEXT, max_audio_ms=5000, session="barge-first")

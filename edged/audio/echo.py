@@ -31,9 +31,8 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   filter cannot model (a leakage factor times the echo estimate's power: the loudspeaker's
   distortion, estimated by regression as speexdsp does, and learned only on blocks the gate took for
   echo: a user's voice follows the echo's spectrum too) and the part of the residual coherent with
-  the echo estimate (a path change, at most COHERENT_CAP times the estimate's power) is subtracted
-  by a spectral gain (over-subtraction OVER, floor FLOOR_DB). The user's speech passes where it
-  stands above the expected residual.
+  the echo estimate (a path change) is subtracted by a spectral gain (over-subtraction OVER, floor
+  FLOOR_DB). The user's speech passes where it stands above the expected residual.
 - **What the gate reads.** Per block: the output's energy and the residual echo expected in it
   (after the gain), the coherent part from a faster estimate (GATE_COHERENCE) so that a changed
   path's first blocks are counted as echo too. `near_end()` says whether the output stands above
@@ -74,10 +73,6 @@ REOPEN = 2.0
 COHERENT_SHARE = 0.25
 """...and be this share of the residual: a changed path's residual follows the echo estimate, a
 user's does not (its coherence with the estimate is only the smoothing's bias, about 0.08)."""
-COHERENT_CAP = 2.0
-"""The most residual the echo estimate can explain, per bin, against its own power: a path
-uncorrelated with the one learned leaves twice the echo. A loud user's voice shows the short
-averages' coherence bias in the residual, which the cap keeps from counting as echo beyond that."""
 UNLEARNED = 0.1
 """The delay search finds an echo, and the filter's taps hold less than this share of the
 microphone's power over the reference's: the echo is new (the path changed from none)."""
@@ -255,9 +250,7 @@ class EchoCanceller:
             if not self.near_end():  # the last block was echo: a user's voice must not pass for leakage
                 self._leakage(res2, est2)
 
-        # the suppressor; a changed path leaves at most COHERENT_CAP times the echo estimate's power
-        np.minimum(coherent, COHERENT_CAP * est2, out=coherent)
-        np.minimum(coherent_now, COHERENT_CAP * est2, out=coherent_now)
+        # the suppressor
         echo = expected + self.leak * est2 + coherent
         s = SMOOTHING
         self.s_ee *= s

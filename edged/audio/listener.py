@@ -95,10 +95,10 @@ class Listener:
         self.barge_ins = 0
         self.speech_starts = 0
         self.echo_refusals = 0
+        """Speech heard while a reply played that the gate took for the reply's own echo."""
         self.heard_blocks = 0
         """Blocks processed in a row while a reply was heard: the near-end share counts only once its
         whole window lies in them (at a reply's first blocks it would still hold the pause's silence)."""
-        """Speech heard while a reply played that the gate took for the reply's own echo."""
         self.overruns = 0
         self._lock = threading.Lock()
         """Held while the stream is opened, closed or read (the speaker's rescan closes it too)."""

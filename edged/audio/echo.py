@@ -12,8 +12,8 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   search (every half second of sound) moves `lag` only when the echo's peak lies outside those
   partitions (the latency was misreported), and the filter starts over there. A latency reported
   long by more than the lead (an audio server's loopback skips the DAC) cannot move `lag` below
-  zero: the search then moves the prior to the partition the echo starts in (RECENTER), which
-  otherwise would learn it at a hundredth of the step.
+  zero: when the echo starts two partitions or more before the prior's direct one, the search
+  moves the prior there, where it would otherwise learn at a hundredth of the step.
 - **The filter** spans the room: TAIL_S of echo in partitions of one block each (partitioned-block
   frequency-domain filter, overlap-save), adapted as a Kalman filter per bin and partition: each
   partition's step is its uncertainty P over the expected error power. P starts as a prior of how a
@@ -76,9 +76,6 @@ user's does not (its coherence with the estimate is only the smoothing's bias, a
 UNLEARNED = 0.1
 """The delay search finds an echo, and the filter's taps hold less than this share of the
 microphone's power over the reference's: the echo is new (the path changed from none)."""
-RECENTER = 0.3
-"""The delay search moves the prior to the partition it found the echo's start in when the prior
-there is below this share of its direct partition's (two partitions earlier than it, or three later)."""
 OVER = 2.0
 """Over-subtraction of the expected residual echo in the suppressor's gain."""
 FLOOR_DB = -40.0
@@ -109,9 +106,9 @@ class EchoCanceller:
         self.w = np.zeros((k, bins), dtype=np.complex128)
         self.p = np.zeros((k, bins), dtype=np.float64)
         self.bins = bins
-        self.prior = self._prior(LEAD_BLOCKS)
+        self.direct, self.prior = LEAD_BLOCKS, self._prior(LEAD_BLOCKS)
         """How uncertain each tap is before anything is learned: the echo a room may have, its direct
-        path in the partition the latency puts it in, or the one the delay search found it in."""
+        path in partition `direct`: where the latency puts it, or where the delay search found it."""
         self.psi = np.zeros(bins)
         self.err = np.zeros(2 * b)
         self.window = np.sqrt(np.hanning(2 * b + 1)[:-1])  # periodic sqrt-Hann
@@ -163,7 +160,7 @@ class EchoCanceller:
 
     def _restart(self, lag: int, direct: int) -> None:
         self.lag = lag
-        self.prior = self._prior(direct)
+        self.direct, self.prior = direct, self._prior(direct)
         self.spectra[:] = 0.0
         self.w[:] = 0.0
         self.p[:] = self.prior
@@ -325,11 +322,11 @@ class EchoCanceller:
             return
         direct = (peak - self.lag) // b
         allowed = float(np.dot(self.mic_hist, self.mic_hist)) / max(float(np.dot(self.ref_hist, self.ref_hist)), 1e-20)
-        if self.prior[direct, 0] < RECENTER * PRIOR_GAIN:
+        if self.lag == 0 and direct <= self.direct - 2:
             # The echo starts where the prior thought it unlikely (the latency was reported long, and
             # the lag cannot start before the reference): the prior moves to it, and those partitions
             # become as uncertain as it says, at the level the microphone has against the reference.
-            self.prior = self._prior(direct)
+            self.direct, self.prior = direct, self._prior(direct)
             np.maximum(self.p, self.prior * (allowed / PRIOR_GAIN), out=self.p)
             return
         # An echo where the filter has learned next to none (the loudspeaker was silent in the

@@ -13,6 +13,11 @@ from onnx import numpy_helper
 INLINE_BYTES = 256 << 20
 """Graphs whose weights are smaller are written as one file; larger ones keep `<name>.data` beside."""
 
+EXTERNAL_MIN_BYTES = 1024
+"""In a graph with external data, smaller initializers stay in the graph: ONNX Runtime infers shapes
+at load from constants (an Unsqueeze's axes, a Reshape's shape) and cannot read those from external
+data ("Cannot parse data from external tensors"); onnx's own external save keeps the same 1 KiB inline."""
+
 
 def read_initializer(init: onnx.TensorProto, base: Path) -> np.ndarray:
     """An initializer's values; external data is read alone from its file under `base` (a graph
@@ -23,7 +28,8 @@ def read_initializer(init: onnx.TensorProto, base: Path) -> np.ndarray:
 def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:
     """Write `model` to `path`, its initializers' data to `<name>.data` one tensor at a time (those in
     memory moved out, those still external copied from their file under `base`, which may be the
-    file being replaced); a graph whose weights are small (below INLINE_BYTES) becomes one file."""
+    file being replaced); a graph whose weights are small (below INLINE_BYTES) becomes one file, and
+    initializers under EXTERNAL_MIN_BYTES stay in the graph."""
     inits = list(model.graph.initializer)
     data = path.with_name(path.name + ".data")
     if sum(int(_where(i)["length"]) if _external(i) else len(i.raw_data) for i in inits) < INLINE_BYTES:
@@ -37,6 +43,9 @@ def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:
     with open(staging, "wb") as out:
         for init in inits:
             raw = _external_bytes(init, base) if _external(init) else _raw(init)
+            if len(raw) < EXTERNAL_MIN_BYTES:
+                init.CopyFrom(onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type, raw_data=raw))
+                continue
             offset = out.tell()
             out.write(raw)
             moved = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type,

@@ -28,6 +28,7 @@ from engines.weight_form import FormError, dequantize, form, quantize_block
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import quant_quality
+from support.onnx_files import assert_split_at_the_threshold
 
 
 @pytest.mark.parametrize("bits", [8, 4])
@@ -70,6 +71,24 @@ def test_a_quantized_artifact_says_what_it_holds_and_runs(quantized, backend, tm
         result = Synthesizer(artifact, backend).synthesize(
             [SpeechRequest("q", "Hello there.", voice="vivian", sampling=Sampling.greedy(), max_frames=12)])[0]
         assert result.frames.shape == (12, artifact.dims.code_groups) and np.isfinite(result.pcm).all()
+
+
+def test_a_quantized_graph_with_external_data_loads_and_computes_the_same(quantized, builtin_artifact, backend,
+                                                                          tmp_path, monkeypatch):
+    """A talker past INLINE_BYTES is written with `<graph>.onnx.data` beside it: its shape constants
+    stay in the graph (ONNX Runtime refuses to infer shapes from external ones), and it runs to the
+    frames the one-file artifact gives."""
+    import engines.onnx_data
+
+    monkeypatch.setattr(engines.onnx_data, "INLINE_BYTES", 0)
+    quantize_artifact(builtin_artifact, tmp_path / "int4", "int4")
+    streamed = load_artifact(tmp_path / "int4")
+    assert streamed.file("talker").with_name("talker.onnx.data").exists()
+    assert_split_at_the_threshold(onnx.load(str(streamed.file("talker")), load_external_data=False), "talker")
+    request = SpeechRequest("q", "Hello there.", voice="vivian", sampling=Sampling.greedy(), max_frames=12)
+    frames = [Synthesizer(a, backend).synthesize([request])[0].frames
+              for a in (streamed, load_artifact(quantized[0] / "int4"))]
+    assert np.array_equal(frames[0], frames[1])
 
 
 def test_teacher_forced_comparison(quantized, builtin_artifact):

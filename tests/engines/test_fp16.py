@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
 from edged.artifact import load_artifact
 from engines.fp16 import convert_artifact

@@ -1,8 +1,10 @@
 """The vocoder on a thread of its own (`Core(vocoder_threads=1)`) against decoding inline:
 
-1. the same frames and the same windows, bit for bit: each window one step later than inline, but a
-   stream's first and last in the same step as inline (first audio is not delayed; a member's last
-   window comes out with its finish), numbered the same (first_sample);
+1. the same frames and the same windows, bit for bit: each window a step or more later than inline,
+   no later than the step that stages its slot's next window or ends its member, in its slot's
+   order, but a stream's first and last in the same step as inline (first audio is not delayed; a
+   member's last window comes out with its finish), numbered the same (first_sample); a step that
+   stages no window does not wait for the worker;
 2. a window handed out stays valid until its slot's next one, even once the worker has decoded
    the slot's next window;
 3. a stopped member's window still decoding is never handed out, not even to the member that takes
@@ -66,7 +68,7 @@ def drive(core: Core, check=None) -> tuple[list[list[tuple]], dict[str, np.ndarr
 
 
 @pytest.mark.parametrize("chunk,first", [(4, 1), (1, 1), (3, 2)])
-def test_the_same_windows_one_step_later_but_first_and_last(builtin_artifact, backend, chunk, first):
+def test_the_same_windows_later_but_first_and_last(builtin_artifact, backend, chunk, first):
     inline, inline_frames = drive(make_core(builtin_artifact, backend, 0, chunk, first))
     core = make_core(builtin_artifact, backend, 1, chunk, first)
     try:
@@ -77,18 +79,56 @@ def test_the_same_windows_one_step_later_but_first_and_last(builtin_artifact, ba
     for id, want in inline_frames.items():
         assert np.array_equal(frames[id], want), id
     assert len(overlapped) == len(inline)
-    expected: list[list[tuple]] = [[] for _ in inline]
-    for step, windows in enumerate(inline):
-        for w in windows:
-            first_or_last = w[2] or w[3]
-            expected[step if first_or_last else step + 1].append(w)
+    at = {(w[0], w[1]): (step, w) for step, windows in enumerate(inline) for w in windows}
+    got = {(g[0], g[1]): (step, g) for step, windows in enumerate(overlapped) for g in windows}
+    assert got.keys() == at.keys() and sum(map(len, overlapped)) == len(at)
+    for key, (step, w) in at.items():
+        # the step that stages the slot's next window (or its last): the latest this one may come out
+        deadline = min((s for (id, first_sample), (s, _) in at.items() if id == key[0] and first_sample > key[1]),
+                       default=step)
+        out, g = got[key]
+        if w[2] or w[3]:
+            assert out == step, f"{key}: first or last at step {out}, inline {step}"
+        else:
+            assert step < out <= deadline, f"{key}: at step {out}, inline {step}, next {deadline}"
+        assert w[2:4] == g[2:4] and np.array_equal(w[4], g[4]), key
+    for id in {key[0] for key in at}:
+        order = [g[1] for windows in overlapped for g in windows if g[0] == id]
+        assert order == sorted(order), id
     later = sum(not (w[2] or w[3]) for windows in inline for w in windows)
     assert later > len(REQUESTS), "too few windows decode while a step computes"
-    for step, (want, got) in enumerate(zip(expected, overlapped)):
-        key = lambda w: (w[0], w[1])  # noqa: E731
-        assert sorted(map(key, got)) == sorted(map(key, want)), f"step {step}"
-        for w, g in zip(sorted(want, key=key), sorted(got, key=key)):
-            assert w[2:4] == g[2:4] and np.array_equal(w[4], g[4]), f"step {step}: {w[:2]}"
+
+
+def test_a_step_that_stages_no_window_does_not_wait_for_the_worker(builtin_artifact, backend):
+    """A window takes the vocoder about as long as the frames it holds take generation: the steps
+    between two windows of a slot go on while the worker decodes, and the step that stages the
+    next waits for it. (The worker is held on a gate; a step that waited would only return once
+    the safety timer opened it.)"""
+    core = make_core(builtin_artifact, backend, 1, chunk=4, first=1)
+    gate, fill, timed_out = threading.Event(), core.worker.fill, []
+
+    def gated(window) -> None:
+        if not (window.first or window.last):
+            gate.wait()
+        fill(window)
+
+    core.worker.fill = gated
+    safety = threading.Timer(60, lambda: (timed_out.append(True), gate.set()))
+    safety.start()
+    try:
+        member = core.prepare(REQUESTS[0], 0)
+        handed = [len(core.step([member]).windows) for _ in range(5)]  # frame 1: the first; 2..5: one window
+        assert handed == [1, 0, 0, 0, 0] and core.pending
+        handed = [len(core.step([member]).windows) for _ in range(3)]  # frames 6..8: nothing staged, no wait
+        assert handed == [0, 0, 0] and core.pending and not core.worker.done() and not timed_out
+        gate.set()
+        out = core.step([member])  # frame 9 stages the next window: the one decoding comes out first
+        assert [w.first_sample for w in out.windows] == [core.artifact.samples_per_frame - core.artifact.lead_samples]
+        assert core.pending and not timed_out
+    finally:
+        safety.cancel()
+        gate.set()
+        core.close()
 
 
 @pytest.mark.parametrize("chunk,first", [(4, 1), (1, 1)])

@@ -7,9 +7,12 @@ Members that are not given (paused: waiting for room in their speaker buffer, or
 of the step unchanged, whatever slot they hold. The caller decides where the outputs go.
 
 With `vocoder_threads`, the vocoder runs on a thread of its own (`VocoderWorker`) over engines of
-its own: the windows that became ready in one step are decoded while the next step computes, and
-come out of that next step (a step with no members only collects them; `pending` says there are
-some). A stream's first window and its last are decoded before the step returns, so first audio
+its own: the windows that became ready in one step are decoded while the next steps compute, and
+come out of the first step that ends after they are decoded; a step that stages a window first
+waits for them (so the worker has one list at a time and a slot's windows come out in order), and a
+step with no members waits for them and only collects them (`pending` says there are some). A
+window takes the vocoder several frames' time (4 frames a window by default), so it is not waited
+for at the step after it was handed over. A stream's first window and its last are decoded before the step returns, so first audio
 comes as soon as inline, and a member's last window comes out with its finish. Without
 (`vocoder_threads` 0, or a TensorRT backend: one CUDA stream, current on the step thread), each
 window is decoded inline, in the step that made it ready. Either way the frames, the windows and
@@ -62,7 +65,9 @@ class Core:
         self.now: list[Window] = []
         """Windows decoded before the step returns (all of them, not threaded)."""
         self.later: list[Window] = []
-        """Windows the worker decodes while the next step computes."""
+        """Windows handed to the worker, decoding while the next steps compute."""
+        self.staged: list[Window] = []
+        """Windows staged in this step for the worker (handed over at its end)."""
         self.dropped = np.zeros(artifact.max_batch, dtype=bool)
         """Slots stopped while a window of theirs was decoding: that window is not handed out."""
         self.out = StepOutput()
@@ -120,23 +125,29 @@ class Core:
         out.finished.clear()
         if members:
             self.talker.step_cohort(members)
-        self._collect(out.windows)  # decoded while this step computed
+        self._collect(out.windows, wait=not members)  # decoded while this step (and earlier ones) computed
         for m in members:
-            if m.outcome is not Outcome.RUNNING:
+            ending = m.outcome is not Outcome.RUNNING
+            if ending:
                 self.talker.finish(m)  # the port closes: the vocoder decodes the tail now
                 out.finished.append(m)
+            if ending or self.vocoder.ready(m.slot):
+                # the worker idle before a window is staged; a slot's windows in order; a finished one's all out
+                self._collect(out.windows, wait=True)
             window = self.vocoder.next_window(m.slot)
             if window is not None:
                 overlap = self.worker.threaded and not (window.first or window.last)
-                (self.later if overlap else self.now).append(window)
+                (self.staged if overlap else self.now).append(window)
         self._decode_now(out.windows)
-        if self.later:
+        if self.staged:
+            self.later, self.staged = self.staged, self.later
             self.worker.start(self.later)
         return out
 
-    def _collect(self, out: list[Window]) -> None:
-        """The windows handed to the worker last step, once decoded (a stopped slot's left out)."""
-        if not self.later:
+    def _collect(self, out: list[Window], wait: bool) -> None:
+        """The windows handed to the worker, once decoded (a stopped slot's left out); without `wait`,
+        only if the worker has finished them."""
+        if not self.later or not (wait or self.worker.done()):
             return
         try:
             self.worker.wait()

@@ -130,12 +130,10 @@ class VocoderStage:
     def next_window(self, slot: int) -> Window | None:
         """The slot's next window when it is ready (a full chunk, or the tail once the slot is closed),
         staged: its codes copied in, the cursor past it. `fill` decodes it."""
-        cursor, available = int(self.cursor[slot]), int(self.port.published[slot])
-        want = self.first_chunk if cursor == 0 else self.chunk
-        new = min(want, available - cursor)
-        closed = bool(self.port.closed[slot])
-        if new <= 0 or (new < want and not closed):
+        new = self._ready_frames(slot)
+        if not new:
             return None
+        cursor, available, closed = int(self.cursor[slot]), int(self.port.published[slot]), bool(self.port.closed[slot])
         slot, side, new = self._stage(slot, self.port.codes[slot, cursor: cursor + new], int(self.offset[slot]) + cursor)
         self.cursor[slot] = cursor + new
         window = self.windows[slot][side]
@@ -143,6 +141,17 @@ class VocoderStage:
         window.first_sample = 0 if cursor == 0 else cursor * self.artifact.samples_per_frame - self.artifact.lead_samples
         window.samples = self.views[(slot, side, new, cursor == 0)]
         return window
+
+    def ready(self, slot: int) -> bool:
+        """Whether `next_window(slot)` would stage a window."""
+        return self._ready_frames(slot) > 0
+
+    def _ready_frames(self, slot: int) -> int:
+        """The frames of the slot's next window when it is ready, else 0."""
+        cursor, available = int(self.cursor[slot]), int(self.port.published[slot])
+        want = self.first_chunk if cursor == 0 else self.chunk
+        new = min(want, available - cursor)
+        return 0 if new <= 0 or (new < want and not self.port.closed[slot]) else new
 
     def fill(self, window: Window) -> None:
         """Decode a staged window into its samples (on the thread that runs this stage's engine)."""

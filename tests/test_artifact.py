@@ -35,6 +35,16 @@ def test_builtin_artifact_loads(builtin_artifact, backend):
     assert synth.claimed["kv_cache"] > 0
 
 
+def test_builtin_graphs_carry_no_provenance(builtin_artifact):
+    """The exporter's per-node provenance (source files and lines of the machine that exported it)
+    is not shipped: engines.onnx.save_program drops it, and the built-in graphs are free of it."""
+    import onnx
+
+    for graph in load_artifact(builtin_artifact).graphs.values():
+        model = onnx.load(str(builtin_artifact / graph.file), load_external_data=False)
+        assert not [n.name for n in model.graph.node if n.metadata_props], graph.file
+
+
 def test_missing_graph_names_the_file(copy):
     (copy / "talker.onnx").unlink()
     with pytest.raises(ArtifactError, match=r"talker\.onnx: missing from the artifact"):

@@ -23,7 +23,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        # x / sqrt, not x * rsqrt: ONNX Runtime fuses this form into one SimplifiedLayerNormalization
+        return self.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

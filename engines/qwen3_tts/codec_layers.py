@@ -223,7 +223,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim]
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        # x / sqrt, not x * rsqrt: ONNX Runtime fuses this form into one SimplifiedLayerNormalization
+        return self.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class LayerScale(nn.Module):

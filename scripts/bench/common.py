@@ -213,6 +213,8 @@ class Case:
     max_seq: int = 256
     notes: list[str] = field(default_factory=list)
     weights: str = "fp32"
+    block: int | None = None
+    """Rows per quantization block (None: engines.quantize's default for the weights)."""
     agreeable: bool = False
     reference: bool = True
     """Whether the reference runs on the checkpoint (fp32 weights, not agreeable)."""
@@ -225,7 +227,8 @@ class Case:
 
     @property
     def title(self) -> str:
-        return self.name + ("-agreeable" if self.agreeable else "") + ("" if self.weights == "fp32" else f"-{self.weights}")
+        return self.name + ("-agreeable" if self.agreeable else "") + ("" if self.weights == "fp32" else f"-{self.weights}") \
+            + (f"-b{self.block}" if self.block else "")
 
 
 def cached(out: Path, what: str, build, stale=lambda out: None) -> str:
@@ -266,9 +269,10 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
     return Case(name, ckpt, art, frames, max_seq, notes)
 
 
-def variant(case: Case, weights: str = "fp32", agreeable: bool = False) -> tuple[Path, list[str]]:
+def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
+            block: int | None = None) -> tuple[Path, list[str]]:
     """The artifact of `case` with `weights` (fp32, or int8 / int4 quantized from the fp32 one by
-    engines.quantize) and, `agreeable`, exported from the checkpoint's engines.agreeable twin (every
+    engines.quantize, in blocks of `block` rows or its default) and, `agreeable`, exported from the checkpoint's engines.agreeable twin (every
     greedy draft right); made or taken from the cache beside the case's own. With notes."""
     from engines.export import export
     from engines.quantize import quantize_artifact
@@ -283,8 +287,8 @@ def variant(case: Case, weights: str = "fp32", agreeable: bool = False) -> tuple
         notes.append(cached(art, "agreeable export", lambda out: export(ckpt, out, max_batch=4, max_seq=case.max_seq),
                             unloadable))
     if weights != "fp32":
-        src, art = art, art.with_name(f"{art.name}-{weights}")
-        notes.append(cached(art, weights, lambda out: quantize_artifact(src, out, weights), unloadable))
+        src, art = art, art.with_name(f"{art.name}-{weights}" + (f"-b{block}" if block else ""))
+        notes.append(cached(art, weights, lambda out: quantize_artifact(src, out, weights, block=block), unloadable))
     return art, notes
 
 

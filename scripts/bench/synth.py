@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=list(FAMILIES), nargs="+", default=None, help="these checkpoints only")
     p.add_argument("--weights", choices=["fp32", "int8", "int4"], nargs="+", default=["fp32"],
                    help="fp32, or 8- / 4-bit weights quantized from it (engines.quantize)")
+    p.add_argument("--block", type=int, default=None,
+                   help="rows per int8 / int4 quantization block (default: engines.quantize's, 32)")
     p.add_argument("--agreeable", action="store_true",
                    help="the checkpoints' engines.agreeable twins (Qwen3-TTS): every greedy draft right")
     p.add_argument("--verify", type=int, default=0, help="the code predictor's speculative verify window (0: off)")
@@ -346,9 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         base = prepare_case(name, args.work, frames, args.max_seq, args.seed)
         print("\n".join("  " + n for n in base.notes), flush=True)
         for weights in args.weights:
-            art, notes = variant(base, weights, args.agreeable)
+            block = None if weights == "fp32" else args.block
+            art, notes = variant(base, weights, args.agreeable, block)
             print("\n".join("  " + n for n in notes), flush=True)
-            case = replace(base, artifact=art, weights=weights, agreeable=args.agreeable, notes=[], per_layer_ms={},
+            case = replace(base, artifact=art, weights=weights, block=block, agreeable=args.agreeable, notes=[],
+                           per_layer_ms={},
                            reference=args.reference and weights == "fp32" and not args.agreeable)
             print(f"== {case.title}: {frames} frames, verify {args.verify or 'off'}, threads {plans}, batches "
                   f"{args.batch}, {args.repeats} repeats", flush=True)

@@ -272,8 +272,9 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
 def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
             block: int | None = None) -> tuple[Path, list[str]]:
     """The artifact of `case` with `weights` (fp32, or int8 / int4 quantized from the fp32 one by
-    engines.quantize, in blocks of `block` rows or its default) and, `agreeable`, exported from the checkpoint's engines.agreeable twin (every
-    greedy draft right); made or taken from the cache beside the case's own. With notes."""
+    engines.quantize, in blocks of `block` rows or its default) and, `agreeable`, exported from the
+    checkpoint's engines.agreeable twin (every greedy draft right); made or taken from the cache
+    beside the case's own. With notes."""
     from engines.export import export
     from engines.quantize import quantize_artifact
 

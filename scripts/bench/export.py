@@ -126,7 +126,7 @@ def run_case(name: str, work: Path, forms: list[str], frames: int, keep: bool) -
         wav = work / f"{name}-{form}.wav"
         step = measure(name, f"synth {form}", [str(BIN / "edged"), "synth", "--artifact", str(artifacts[form]),
                                                "--text", TEXT, *spec["voice"], "--greedy", "--max-frames", str(frames),
-                                               "--threads", "2", "--out", str(wav)])
+                                               "--threads", "generation=1,vocoder=1", "--out", str(wav)])
         step.note = spoke(wav, step.note)
         steps.append(step)
     if not keep:

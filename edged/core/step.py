@@ -140,6 +140,7 @@ class Core:
                 (self.staged if overlap else self.now).append(window)
         self._decode_now(out.windows)
         if self.staged:
+            assert not self.later  # staging waited for them
             self.later, self.staged = self.staged, self.later
             self.worker.start(self.later)
         return out

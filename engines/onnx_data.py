@@ -44,7 +44,7 @@ def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:
         for init in inits:
             raw = _external_bytes(init, base) if _external(init) else _raw(init)
             if len(raw) < EXTERNAL_MIN_BYTES:
-                init.CopyFrom(onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type, raw_data=raw))
+                init.CopyFrom(_with_raw(init, raw))
                 continue
             offset = out.tell()
             out.write(raw)
@@ -74,8 +74,12 @@ def _external_bytes(init: onnx.TensorProto, base: Path) -> bytes:
 
 def _inline(init: onnx.TensorProto, base: Path) -> onnx.TensorProto:
     """The initializer with its external bytes in raw_data."""
-    return onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type,
-                            raw_data=_external_bytes(init, base))
+    return _with_raw(init, _external_bytes(init, base))
+
+
+def _with_raw(init: onnx.TensorProto, raw: bytes) -> onnx.TensorProto:
+    """The initializer held in the graph, as `raw` bytes."""
+    return onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type, raw_data=raw)
 
 
 def _raw(init: onnx.TensorProto) -> bytes:

@@ -12,8 +12,8 @@ come out of the first step that ends after they are decoded; a step that stages 
 waits for them (so the worker has one list at a time and a slot's windows come out in order), and a
 step with no members waits for them and only collects them (`pending` says there are some). A
 window takes the vocoder several frames' time (4 frames a window by default), so it is not waited
-for at the step after it was handed over. A stream's first window and its last are decoded before the step returns, so first audio
-comes as soon as inline, and a member's last window comes out with its finish. Without
+for at the step after it was handed over. A stream's first window and its last are decoded before
+the step returns, so first audio comes as soon as inline, and a member's last window comes out with its finish. Without
 (`vocoder_threads` 0, or a TensorRT backend: one CUDA stream, current on the step thread), each
 window is decoded inline, in the step that made it ready. Either way the frames, the windows and
 their PCM are the same.
@@ -131,9 +131,10 @@ class Core:
             if ending:
                 self.talker.finish(m)  # the port closes: the vocoder decodes the tail now
                 out.finished.append(m)
-            if ending or self.vocoder.ready(m.slot):
-                # the worker idle before a window is staged; a slot's windows in order; a finished one's all out
-                self._collect(out.windows, wait=True)
+            if not (ending or self.vocoder.ready(m.slot)):
+                continue
+            # the worker idle before a window is staged; a slot's windows in order; a finished one's all out
+            self._collect(out.windows, wait=True)
             window = self.vocoder.next_window(m.slot)
             if window is not None:
                 overlap = self.worker.threaded and not (window.first or window.last)

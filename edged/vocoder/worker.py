@@ -5,10 +5,10 @@ The step thread stages windows (`VocoderStage.next_window`: bookkeeping and a co
 and hands a list of them over (`start`); the worker runs their bound plans, in order, on the
 vocoder's own engines (a backend of its own, with its own thread budget), and the step thread
 `wait`s for the list before it reads the windows or stages more (`done` says whether it would wait).
-Between `start` and `wait` the list and the PCM buffers its windows write are the worker's. Two plain locks pass the turn back
-and forth, so a handover allocates nothing. An error in the worker is handed back: `wait` raises it.
-Not `threaded`, there is no thread: `run` decodes on the caller's (TensorRT's one CUDA stream, or a
-plan that gives the vocoder no thread).
+Between `start` and `wait` the list and the PCM buffers its windows write are the worker's. Two
+plain locks pass the turn back and forth, so a handover allocates nothing. An error in the worker
+is handed back: `wait` raises it. Not `threaded`, there is no thread: `run` decodes on the caller's
+(TensorRT's one CUDA stream, or a plan that gives the vocoder no thread).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
-from engines.layers import MLP
+from engines.layers import MLP, RMSNorm
 
 if TYPE_CHECKING:
     from engines.qwen3_tts.codec import CodecConfig
@@ -214,17 +214,6 @@ class QuantizerDecoder(nn.Module):
 
 
 # ------------------------------------------------------------------------------ transformer blocks
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., dim]
-        # x / sqrt, not x * rsqrt: ONNX Runtime fuses this form into one SimplifiedLayerNormalization
-        return self.weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class LayerScale(nn.Module):

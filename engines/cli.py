@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from engines.registry import FAMILIES
-from engines.weight_form import CPU_BLOCK, JETSON_BLOCK, TARGETS, FormError, form
+from engines.weight_form import CPU_BLOCKS, JETSON_BLOCK, TARGETS, FormError, form
 
 BUILTIN = Path(__file__).resolve().parent.parent / "edged" / "data" / "tiny"
 
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the backend the form is for: cpu (ONNX Runtime's MatMulNBits) or jetson (TensorRT 10.3: "
                         "int4 only, fp16 scales)")
     p.add_argument("--block", type=int, default=None,
-                   help=f"rows of a column per scale (default: {CPU_BLOCK} for cpu, {JETSON_BLOCK} for jetson)")
+                   help=f"rows of a column per scale (default: for cpu the largest of "
+                        f"{', '.join(map(str, CPU_BLOCKS))} that divides every weight's K, {JETSON_BLOCK} for jetson)")
     p.set_defaults(run=_quantize)
 
     p = commands.add_parser("fp16", help="an fp16 twin of an fp32 artifact (no torch needed)")
@@ -139,12 +140,14 @@ def _fp16(args: argparse.Namespace) -> int:
 
 
 def _quantize(args: argparse.Namespace) -> int:
+    from edged.artifact import load_artifact
     from engines.quantize import quantize_artifact
 
-    weight_form = _form(args.weights, args.target, args.block)
+    _form(args.weights, args.target, args.block)
     for role, stats in quantize_artifact(args.artifact, args.out, args.weights, args.target, args.block).items():
         print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in stats.items()))
-    print(f"form: {weight_form.weights} for {weight_form.target}, {weight_form.block}-row blocks")
+    made = load_artifact(args.out)
+    print(f"form: {made.weights} for {made.weight_target}, {made.weight_block}-row blocks")
     return 0
 
 

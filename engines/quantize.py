@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from engines.experts import quantize_stacks
+from engines.experts import gathered_stacks, quantize_stacks
 from engines.onnx_data import read_initializer, save_streamed
-from engines.weight_form import WeightForm, dequantize, form, quantize_block
+from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block
 
 __all__ = ["dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model"]
 
@@ -114,6 +114,21 @@ def _weight(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], transposes
     return (init.name, transposed) if weight_form.fits(rows) else None
 
 
+def weight_rows(path: Path) -> list[int]:
+    """K of every weight in the graph file that some block could quantize: the matrix products'
+    (`_weight`) and the gathered stacks' (engines/experts.py)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inits = {i.name: i for i in graph.initializer}
+    transposes = {n.output[0]: n for n in graph.node if n.op_type == "Transpose"}
+    smallest = WeightForm("cpu", "int8", CPU_BLOCKS[-1])
+    rows = []
+    for node in graph.node:
+        if found := _weight(node, inits, transposes, smallest):
+            init = inits[found[0]]
+            rows.append(init.dims[1] if found[1] else init.dims[0])
+    return rows + [init.dims[1] for _, init in gathered_stacks(graph).values()]
+
+
 def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, int]:
     """Quantize one graph file, its weights read one at a time (`out` may be `path`)."""
     model = onnx.load(str(path), load_external_data=False)
@@ -133,6 +148,9 @@ def quantize_artifact(src: Path, out: Path, weights: str, target: str = "cpu",
     if artifact.precision != "fp32" or artifact.weights != "fp32":
         raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; "
                          f"quantize an fp32 one")
+    if block is None and target == "cpu":
+        weight_form = form(weights, target, cpu_block(
+            k for role in GRAPHS if role in artifact.graphs for k in weight_rows(artifact.file(role))))
     out.mkdir(parents=True, exist_ok=True)
     stats = {}
     for role, graph in artifact.graphs.items():

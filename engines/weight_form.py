@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 TARGETS = ("cpu", "jetson")
 BITS = {"int8": 8, "int4": 4}
-CPU_BLOCK = 32
-"""The CPU form's default block (docs/artifact.md "8- and 4-bit weights" says why)."""
+CPU_BLOCKS = (128, 64, 32, 16)
+"""The CPU form's default block: the first of these that divides every quantizable weight's K (128 on
+every published Qwen3-TTS and Qwen3-Omni size; docs/artifact.md "8- and 4-bit weights" says why)."""
 JETSON_BLOCKS = (64, 128)
 JETSON_BLOCK = 128
 
@@ -89,6 +90,13 @@ class WeightForm:
                        helper.make_node("Cast", [f"{out}__16"], [out], to=TensorProto.FLOAT, name=f"{name}__cast_out")]
 
 
+def cpu_block(rows) -> int:
+    """The CPU form's default block for weights of these K: the largest of CPU_BLOCKS that divides
+    each K a block can divide (a K not a multiple of 16 stays fp32 whatever the block)."""
+    ks = [k for k in rows if k % CPU_BLOCKS[-1] == 0]
+    return next(b for b in CPU_BLOCKS if all(k % b == 0 for k in ks))
+
+
 def form(weights: str, target: str, block: int | None = None) -> WeightForm:
     """The form of int8 / int4 weights for `target` (its default block when None), or FormError
     naming the rule it breaks."""
@@ -106,7 +114,7 @@ def form(weights: str, target: str, block: int | None = None) -> WeightForm:
             raise FormError(f"block {block}: TensorRT 10.3's INT4 weight-only blocks are "
                             f"{' or '.join(map(str, JETSON_BLOCKS))} rows")
         return WeightForm(target, weights, block)
-    block = CPU_BLOCK if block is None else block
+    block = CPU_BLOCKS[0] if block is None else block
     if block < 16 or block & (block - 1):
         raise FormError(f"block {block}: ONNX Runtime's MatMulNBits takes a power of two of at least 16 rows")
     return WeightForm(target, weights, block)

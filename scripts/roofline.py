@@ -131,8 +131,9 @@ def stage_bytes(a: Artifact, position: int, chunk_frames: int, passes: float | N
     return {"talker decode": talker + kv, "code predictor": passes * cp + heads * head, "vocoder": vocoder / chunk_frames}
 
 
-def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, position: int = 64,
-                window: int = 0) -> dict[str, float]:
+def stage_runs(a: Artifact, threads: int, chunk_frames: int, position: int = 64, window: int = 0) -> dict:
+    """One run of each stage, by name: the talker's batch-1 decode at KV `position`, one frame of
+    code-predictor passes, one vocoder window (its time / chunk_frames is per frame)."""
     synth = Synthesizer(a, make_backend("onnxruntime", threads=threads), chunk_frames=chunk_frames,
                         first_chunk_frames=chunk_frames)
     voice = next(iter(a.speakers), None)
@@ -141,9 +142,15 @@ def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, posi
     talker, vocoder = synth.core.talker, synth.core.vocoder
     talker.stepping[:1] = True  # row 0 steps: its accepted drafts count
     chunk = vocoder.plans[chunk_frames] if chunk_frames in vocoder.plans else next(iter(vocoder.plans.values()))
-    return {"talker decode": median(talker.decode_plan(1, position).run, repeats),
-            "code predictor": median(lambda: talker.predict(1, window), repeats),
-            "vocoder": median(chunk.run, repeats) / chunk_frames}
+    return {"talker decode": talker.decode_plan(1, position).run, "code predictor": lambda: talker.predict(1, window),
+            "vocoder": chunk.run}
+
+
+def stage_times(a: Artifact, threads: int, repeats: int, chunk_frames: int, position: int = 64,
+                window: int = 0) -> dict[str, float]:
+    runs = stage_runs(a, threads, chunk_frames, position, window)
+    times = {name: median(run, repeats) for name, run in runs.items()}
+    return {**times, "vocoder": times["vocoder"] / chunk_frames}
 
 
 def main(argv: list[str] | None = None) -> int:

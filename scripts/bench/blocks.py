@@ -8,8 +8,8 @@ dimensions.
 The random real-dimension checkpoint and its fp32 artifact come from scripts/bench/common.py's
 cache in `--work` (as scripts/bench/weights.py makes them); each quantized twin
 (`edged-engines quantize --target cpu --block B`) is cached beside it. The twins of one weight type
-are timed one after the other in one fresh process: the talker's batch-1 decode at KV position 64
-and one frame of code-predictor passes, the median of `--repeats` runs. Then
+are timed in one fresh process, in turn, round after round: the talker's batch-1 decode at KV
+position 64 and one frame of code-predictor passes, the median of `--repeats` rounds. Then
 scripts/quant_quality.py compares every twin with fp32, teacher-forced.
 """
 
@@ -36,12 +36,24 @@ FORMS = (("int8", 32), ("int8", 128), ("int4", 32), ("int4", 64), ("int4", 128))
 
 
 def measure(artifacts: list[Path], threads: int, repeats: int) -> list[dict[str, float]]:
-    """Each artifact's stage times in ms, one after the other in this process."""
-    from roofline import stage_times
+    """Each artifact's talker decode and code-predictor frame in ms, the median of `repeats` rounds
+    that time every artifact in turn (so drift on a shared machine hits them alike)."""
+    import time
+
+    import numpy as np
+    from roofline import stage_runs
 
     from edged.artifact import load_artifact
 
-    return [{k: v * 1e3 for k, v in stage_times(load_artifact(a), threads, repeats, 4).items()} for a in artifacts]
+    runs = [stage_runs(load_artifact(a), threads, 4) for a in artifacts]
+    times: list[dict[str, list[float]]] = [{"talker decode": [], "code predictor": []} for _ in artifacts]
+    for _ in range(repeats + 1):  # the first round warms up
+        for stages, timed in zip(runs, times):
+            for name, spent in timed.items():
+                t0 = time.perf_counter()
+                stages[name]()
+                spent.append((time.perf_counter() - t0) * 1e3)
+    return [{name: float(np.median(spent[1:])) for name, spent in timed.items()} for timed in times]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                               text=True)
         for (block, _), ms in zip(mine, json.loads(done.stdout.strip().splitlines()[-1])):
             print(f"| {weights} | {block} | {ms['talker decode']:.1f} | {ms['code predictor']:.1f} |", flush=True)
-    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats} runs; talker decode at KV "
+    print(f"\nbatch 1, {args.threads} threads, median of {args.repeats} interleaved rounds; talker decode at KV "
           f"position 64\n", flush=True)
     if not args.quality:
         return 0

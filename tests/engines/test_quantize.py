@@ -22,9 +22,9 @@ from edged.backends import onnxruntime as edged_ort
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 from engines.cli import main as engines_main
-from engines.quantize import quantize_artifact
+from engines.quantize import quantize_artifact, weight_rows
 from engines.tensorrt import weights_refusal
-from engines.weight_form import FormError, dequantize, form, quantize_block
+from engines.weight_form import FormError, cpu_block, dequantize, form, quantize_block
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import quant_quality
@@ -56,7 +56,7 @@ def test_a_quantized_artifact_says_what_it_holds_and_runs(quantized, backend, tm
     for weights in ("int8", "int4"):
         artifact = load_artifact(out / weights)
         assert (artifact.weights, artifact.weight_block, artifact.weight_target, artifact.precision) == \
-            (weights, 32, "cpu", "fp32")
+            (weights, 64, "cpu", "fp32")  # the builtin's K are 64 and 128
         assert stats[weights]["talker"]["weights"] > 0 and stats[weights]["code_predictor"]["weights"] > 0
         talker = onnx.load(str(artifact.file("talker")))
         assert any(n.op_type == "DequantizeLinear" for n in talker.graph.node)
@@ -116,7 +116,7 @@ def test_bad_weights_in_a_manifest_are_named(quantized):
     for edit, message in (({"weights": "int3"}, "'model.weights' must be one of fp32, int8, int4"),
                           ({"weight_block": 0}, "'model.weight_block' must be a positive integer"),
                           ({"weights": "fp32"}, "'model.weight_block' must be a positive integer for quantized "
-                                                "weights and 0 for fp32, got 32"),
+                                                "weights and 0 for fp32, got 64"),
                           ({"precision": "fp16"}, "'model.weights' int4 needs 'model.precision' fp32"),
                           ({"weight_target": "gpu"}, "'model.weight_target' must be one of cpu, jetson for quantized "
                                                      "weights and absent for fp32, got 'gpu'"),
@@ -136,7 +136,9 @@ def test_the_cli_quantizes_and_refuses_what_it_cannot(quantized, builtin_artifac
     out, _ = quantized
     assert engines_main(["quantize", "--artifact", str(builtin_artifact), "--out", str(tmp_path / "q"),
                          "--weights", "int8"]) == 0
-    assert "talker:" in capsys.readouterr().out and load_artifact(tmp_path / "q").weights == "int8"
+    printed = capsys.readouterr().out
+    assert "talker:" in printed and load_artifact(tmp_path / "q").weights == "int8"
+    assert "form: int8 for cpu, 64-row blocks" in printed  # the block chosen for the builtin's K
     with pytest.raises(ValueError, match="quantize an fp32 one"):
         engines_main(["quantize", "--artifact", str(out / "int4"), "--out", str(tmp_path / "again"), "--weights", "int8"])
     with pytest.raises(SystemExit, match="--weights int8/int4 needs --precision fp32"):
@@ -180,8 +182,23 @@ def test_the_jetson_form_is_int4_in_64_or_128_row_blocks_with_fp16_scales_around
     assert result.frames.shape == (12, artifact.dims.code_groups) and np.isfinite(result.pcm).all()
 
 
+def test_the_cpu_default_block_is_the_largest_that_every_weight_takes(quantized, builtin_artifact):
+    """128 rows where every K allows (all published sizes: 1024, 2048, 3072 ...), else the largest
+    power of two down to 16 that divides them all, so the default quantizes every product a block
+    can; a K no block divides stays fp32 and does not decide."""
+    assert cpu_block([1024, 2048, 3072, 6144]) == 128
+    assert cpu_block([64, 128]) == 64 and cpu_block([48, 96]) == 16 and cpu_block([1024, 1000]) == 128
+    rows = weight_rows(load_artifact(builtin_artifact).file("talker"))
+    assert sorted(set(rows)) == [64, 128]
+    out, stats = quantized
+    talker = onnx.load(str(load_artifact(out / "int4").file("talker")))
+    blocks = {a.i for n in talker.graph.node if n.op_type == "DequantizeLinear" for a in n.attribute
+              if a.name == "block_size"}
+    assert blocks == {64} and stats["int4"]["talker"]["weights"] == len(rows)
+
+
 def test_a_form_a_target_cannot_run_is_refused_naming_the_rule():
-    assert form("int4", "jetson") == form("int4", "jetson", 128) and form("int4", "cpu").block == 32
+    assert form("int4", "jetson") == form("int4", "jetson", 128) and form("int4", "cpu").block == 128
     for args, message in ((("int8", "jetson"), "int8 has no Jetson form: TensorRT 10.3 runs weight-only quantization "
                                                "for INT4 only"),
                           (("int4", "jetson", 32), "block 32: TensorRT 10.3's INT4 weight-only blocks are 64 or 128"),
@@ -198,7 +215,7 @@ def test_plans_refuse_a_form_tensorrt_cannot_build_with_the_reason(quantized):
     model = {w: json.loads((out / w / "artifact.json").read_text())["model"] for w in ("int8", "int4", "jetson")}
     assert "int8 has no Jetson form" in weights_refusal(model["int8"])
     assert weights_refusal(model["int4"]) == (
-        "its int4 weights are in the cpu form (32-row blocks, fp32 scales), and TensorRT 10.3 takes INT4 blocks of 64 "
+        "its int4 weights are in the cpu form (64-row blocks, fp32 scales), and TensorRT 10.3 takes INT4 blocks of 64 "
         "or 128 rows with fp16 scales (fp32 scales make every product an fp32 GEMM): quantize the fp32 artifact with "
         "--target jetson")
     assert weights_refusal(model["jetson"]) is None and weights_refusal({"weights": "fp32"}) is None

@@ -30,7 +30,7 @@ from engines.experts import gathered_stacks, quantize_stacks
 from engines.onnx_data import read_initializer, save_streamed
 from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block
 
-__all__ = ["dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model"]
+__all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model"]
 
 GRAPHS = ("talker", "code_predictor")
 OPSET = 21
@@ -129,6 +129,12 @@ def weight_rows(path: Path) -> list[int]:
     return rows + [init.dims[1] for _, init in gathered_stacks(graph).values()]
 
 
+def default_cpu_block(artifact) -> int:
+    """The block the CPU form takes by default for an fp32 artifact (an edged.artifact.Artifact):
+    the largest of CPU_BLOCKS that divides the K of every talker and code-predictor weight."""
+    return cpu_block(k for role in GRAPHS if role in artifact.graphs for k in weight_rows(artifact.file(role)))
+
+
 def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, int]:
     """Quantize one graph file, its weights read one at a time (`out` may be `path`)."""
     model = onnx.load(str(path), load_external_data=False)
@@ -149,8 +155,7 @@ def quantize_artifact(src: Path, out: Path, weights: str, target: str = "cpu",
         raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; "
                          f"quantize an fp32 one")
     if block is None and target == "cpu":
-        weight_form = form(weights, target, cpu_block(
-            k for role in GRAPHS if role in artifact.graphs for k in weight_rows(artifact.file(role))))
+        weight_form = form(weights, target, default_cpu_block(artifact))
     out.mkdir(parents=True, exist_ok=True)
     stats = {}
     for role, graph in artifact.graphs.items():

@@ -98,8 +98,9 @@ def cpu_block(rows) -> int:
 
 
 def form(weights: str, target: str, block: int | None = None) -> WeightForm:
-    """The form of int8 / int4 weights for `target` (its default block when None), or FormError
-    naming the rule it breaks."""
+    """The form of int8 / int4 weights for `target` (its default block when None: for cpu the
+    largest, which engines.quantize narrows to what an artifact's weights take, `cpu_block`), or
+    FormError naming the rule it breaks."""
     if weights not in BITS:
         raise FormError(f"weights must be one of {', '.join(BITS)}, got {weights!r}")
     if target not in TARGETS:

@@ -276,8 +276,7 @@ def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
     checkpoint's engines.agreeable twin (every greedy draft right); made or taken from the cache
     beside the case's own. With notes."""
     from engines.export import export
-    from engines.quantize import GRAPHS, quantize_artifact, weight_rows
-    from engines.weight_form import cpu_block
+    from engines.quantize import default_cpu_block, quantize_artifact
 
     art, notes = case.artifact, []
     if agreeable:
@@ -289,7 +288,7 @@ def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
         notes.append(cached(art, "agreeable export", lambda out: export(ckpt, out, max_batch=4, max_seq=case.max_seq),
                             unloadable))
     if weights != "fp32":
-        block = block or cpu_block(k for g in GRAPHS for k in weight_rows(art / f"{g}.onnx"))  # the default's
+        block = block or default_cpu_block(load_artifact(art))
         src, art = art, art.with_name(f"{art.name}-{weights}-b{block}")
         notes.append(cached(art, weights, lambda out: quantize_artifact(src, out, weights, block=block), unloadable))
     return art, notes

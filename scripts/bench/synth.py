@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", choices=["fp32", "int8", "int4"], nargs="+", default=["fp32"],
                    help="fp32, or 8- / 4-bit weights quantized from it (engines.quantize)")
     p.add_argument("--block", type=int, default=None,
-                   help="rows per int8 / int4 quantization block (default: engines.quantize's, 32)")
+                   help="rows per int8 / int4 quantization block (default: engines.quantize's, 128 at the real sizes)")
     p.add_argument("--agreeable", action="store_true",
                    help="the checkpoints' engines.agreeable twins (Qwen3-TTS): every greedy draft right")
     p.add_argument("--verify", type=int, default=0, help="the code predictor's speculative verify window (0: off)")

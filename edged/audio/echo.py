@@ -75,7 +75,8 @@ COHERENT_SHARE = 0.25
 user's does not (its coherence with the estimate is only the smoothing's bias, about 0.08)."""
 UNLEARNED = 0.1
 """The delay search finds an echo, and the filter's taps hold less than this share of the
-microphone's power over the reference's: the echo is new (the path changed from none)."""
+microphone's power over the reference's (on the blocks where the reference sounds): the echo is new
+(the path changed from none)."""
 OVER = 2.0
 """Over-subtraction of the expected residual echo in the suppressor's gain."""
 FLOOR_DB = -40.0
@@ -321,7 +322,7 @@ class EchoCanceller:
             self._restart(lag, (peak - lag) // b)
             return
         direct = (peak - self.lag) // b
-        allowed = float(np.dot(self.mic_hist, self.mic_hist)) / max(float(np.dot(self.ref_hist, self.ref_hist)), 1e-20)
+        allowed = self._level(peak)
         if self.lag == 0 and direct <= self.direct - 2:
             # The echo starts where the prior thought it unlikely (the latency was reported long, and
             # the lag cannot start before the reference): the prior moves to it, and those partitions
@@ -336,6 +337,17 @@ class EchoCanceller:
         if learned < UNLEARNED * allowed:
             np.maximum(self.p, self.prior * (allowed / PRIOR_GAIN), out=self.p)
             self.path_changes += 1
+
+    def _level(self, delay: int) -> float:
+        """The microphone's power over the reference's, `delay` samples earlier, on the blocks where
+        that reference sounds: a user's voice while the reference was silent (between replies) is no
+        echo, and counted would make a learned echo look unlearned."""
+        b = self.block
+        ref = self.ref_hist[self.max_lag - delay:self.max_lag - delay + self.hist].reshape(-1, b)
+        mic = self.mic_hist.reshape(-1, b)
+        ref2 = np.einsum("ij,ij->i", ref, ref)
+        sounds = ref2 > 1e-7 * b
+        return float(np.einsum("ij,ij->", mic[sounds], mic[sounds])) / max(float(ref2[sounds].sum()), 1e-20)
 
     def echo_delay(self) -> int:
         """Samples from the reference to the echo's strongest tap (the lag and the filter's peak)."""

@@ -87,7 +87,7 @@ def rooms(args, name: str, tmp: Path) -> None:
                 for run in range(args.room_runs + 2):
                     if run == 1:
                         rig.move()
-                    quiet(client)
+                    quiet(client, rig)
                     sub.clear()
                     xruns = bay.xruns
                     done = client.speak(REPLY, max_audio_ms=10000).wait()
@@ -103,7 +103,7 @@ def rooms(args, name: str, tmp: Path) -> None:
                     users: list[dict[str, float]] = []
                     for run in range(args.room_runs):
                         user = espeak(PHRASES[run % len(PHRASES)], tmp, VOICES[run % len(VOICES)])
-                        quiet(client)
+                        quiet(client, rig)
                         mark, xruns = bay.mark(), bay.xruns
                         utt = client.speak(REPLY, max_audio_ms=8000)
                         into = rng.uniform(2.5, 3.5) if when == "3 s in" else rng.uniform(0.1, 0.3)
@@ -144,7 +144,7 @@ def wire(args, name: str, tmp: Path) -> None:
         for run in range(args.wire_runs):
             voice, phrase = VOICES[run % len(VOICES)], PHRASES[run % len(PHRASES)]
             speech = espeak(phrase, tmp, voice)
-            quiet(client)  # the last run's user has stopped (else the reply is cut as soon as it is heard)
+            quiet(client, bay)  # the last run's user has stopped (else the reply is cut as soon as it is heard)
             sub.clear()
             mark, xruns = bay.mark(), bay.xruns
             utt = client.speak(TEXT, stream=True, max_audio_ms=6000)
@@ -163,8 +163,6 @@ def wire(args, name: str, tmp: Path) -> None:
                 print(f"run {run}: the recording glitched (audio-server xruns): not counted", flush=True)
                 glitched += 1
                 continue
-            while bay.voice_pos < len(speech):  # the user finishes speaking before the next run
-                time.sleep(0.05)
             replies = status["audio"]["output"]["replies"]
             cursor = replies[0]["played_ms"] * RATE // 1000 if replies else float("nan")
             mid = (before + after) / 2 - start - 2 * PERIOD  # recording position moved to the DAC
@@ -183,6 +181,7 @@ def wire(args, name: str, tmp: Path) -> None:
             row["held_back_ms"] = (barge[0]["mic_sample"] - vad[0]["mic_sample"]) / 16 if barge and vad else float("nan")
             row["cut_ms"] = row["onset_to_silence_ms"] - row["decision_ms"] - row["held_back_ms"]
             row["refused_starts"] = float(sum(1 for e in vad if not e["near_end"] and e["while_playing"]))
+            row["xruns"] = float(bay.xruns - xruns)
             rows.append(row)
             print(f"run {run} ({voice}, {phrase!r}): " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
         client.close()
@@ -194,7 +193,7 @@ def wire(args, name: str, tmp: Path) -> None:
     summary(f"wire (the daemon's output looped into its input), period {PERIOD} frames, {glitched} runs"
             " not counted (audio-server xruns)", rows,
             ["onset_to_silence_ms", "decision_ms", "held_back_ms", "cut_ms", "refused_starts", "behind_ms",
-             "played_ms_error_samples", "cursor_error_samples", "reason_ok"])
+             "played_ms_error_samples", "cursor_error_samples", "reason_ok", "xruns"])
 
 
 def main() -> int:

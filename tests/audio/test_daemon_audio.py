@@ -174,7 +174,7 @@ def test_user_speech_barges_in(rig):
     # Not measured here: the first reply whose echo the canceller hears is its cold case (docs/audio.md,
     # "The first barge-in on the wire": a short first word is suppressed with the echo it is still
     # learning). One unmeasured barge-in first.
-    quiet(client)
+    quiet(client, bay)
     bay.patch(record=True, voice=True, loopback=True)
     first = client.speak(TEXT, max_audio_ms=5000, session="barge-first")
     wait_recorded(bay, bay.mark(), RATE)
@@ -182,7 +182,7 @@ def test_user_speech_barges_in(rig):
     first.wait()
     for take in takes(rig):
         with take:
-            quiet(client)
+            quiet(client, bay)
             bay.patch(record=True, voice=True, loopback=True)
             sub.clear()
             mark = bay.mark()
@@ -232,7 +232,7 @@ def test_user_speech_barges_in(rig):
 def test_own_voice_in_the_microphone_does_not_barge_in(rig):
     daemon, bay, sub, client, _ = rig
     bay.patch(record=True, loopback=True)
-    quiet(client)
+    quiet(client, bay)
     before = client.status()["audio"]["input"]["barge_ins"]
     utt = client.speak(TEXT, max_audio_ms=4000)
     done = utt.wait()

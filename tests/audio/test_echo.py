@@ -218,3 +218,26 @@ def test_an_echo_before_the_reported_latency_is_learned_at_full_step():
         soon = slice(6 * RATE + RATE // 4, 6 * RATE + RATE // 2)
         assert ec.lag == 0 and db(mic[soon]) - db(out[soon]) > 45, seed
 
+
+
+def test_the_users_voice_between_replies_is_no_echo_appearing():
+    """A user speaks between two replies (the microphone sounds, the reference is silent), and the
+    next reply starts while that voice is still in the delay search's second of history. The search
+    weighs the microphone against the reference only where the reference sounds: counted whole, the
+    user's voice made the learned echo look unlearned (an echo appearing where there was none), the
+    filter's uncertainty went back to the prior at the user's level, and the suppressor took the
+    next user, 10 dB below the echo, for echo for a second (a barge-in decided a second late). The
+    echo is an audio server's loopback, which the search finds from a block of reference; the
+    reply's start moves through the search's half-second cadence."""
+    wire = np.ones(1, np.float32)
+    for shift in range(0, RATE // 2, RATE // 20):
+        ref = np.concatenate([speechlike(3.0, 8), np.zeros(RATE + shift, np.float32), speechlike(2.5, 9)])
+        second = 4 * RATE + shift
+        user = np.zeros_like(ref)
+        user[3 * RATE:second - RATE // 5] = speechlike(2.0, 10)[:second - RATE // 5 - 3 * RATE]
+        user[second + RATE:second + 2 * RATE] = speechlike(1.0, 11) * 10 ** (-10 / 20)
+        ec = EchoCanceller(RATE, BLOCK, latency=LEAD_BLOCKS * BLOCK)
+        _, near = run(echo_of(ref, 0, wire) + user, ref, ec)
+        assert ec.path_changes == 0, shift
+        speaking = slice((second + RATE) // BLOCK + 2, (second + RATE + RATE // 4) // BLOCK)
+        assert near[speaking][sounding(user, 0)[speaking]].mean() >= NEAR_END_SHARE, shift

@@ -113,7 +113,7 @@ def barge_in(room, below_db: float, session: str):
     (the reply's done, its start in the recording, the user's onset at the microphone as a JACK frame,
     the last mic event published before the user spoke)."""
     bay, client, rig = room.bay, room.client, room.rig
-    quiet(client)
+    quiet(client, rig)
     room.sub.clear()
     mark = bay.mark()
     utt = client.speak(TEXT, max_audio_ms=8000, session=session)
@@ -165,8 +165,7 @@ def test_the_reply_after_a_barge_in_is_not_cut_by_its_echo(room):
             first = sub.of("mic")[0]["first_sample"]
             after = said_at["first_sample"] - first
             onset16 = after + int(np.flatnonzero(np.abs(mic[after:]) > 0.02)[0])
-            rig.wait_said()  # the user has finished speaking, on the audio clock
-            quiet(client)
+            quiet(client, rig)  # the user has finished speaking, on the audio clock
             mark = bay.mark()
             nxt = client.speak(TEXT, max_audio_ms=3000).wait()
             assert nxt.reason == "length", nxt.report

@@ -72,6 +72,13 @@ class Patchbay:
     def mark(self) -> int:
         return self.pos
 
+    def wait_said(self, timeout: float = 30.0) -> None:
+        """Waits on the audio clock until the voice, if one was said, has gone out to its last sample."""
+        deadline = time.monotonic() + timeout
+        while self.voice is not None and self.voice_pos < len(self.voice):
+            assert time.monotonic() < deadline, "the voice never finished playing"
+            time.sleep(0.01)
+
     def frame_of(self, index: int) -> int:
         """The JACK frame time of rec[index] (cycles an xrun skipped are not in the recording)."""
         return int(self.cycle_frames[index // self.period]) + index % self.period
@@ -194,8 +201,12 @@ def onset_in_mic(mic: np.ndarray, since: int, speech: np.ndarray, level: float =
     return since + lag + int(np.flatnonzero(np.abs(speech16) > level)[0])
 
 
-def quiet(client) -> None:
-    """Waits until the listener hears no speech (a last take's, test's or run's user has stopped)."""
+def quiet(client, voice) -> None:
+    """Waits until the rig's user has finished speaking (`voice.wait_said()`: a barge-in ends the
+    reply, not the user's sentence) and the listener hears no speech. The listener alone is not
+    enough: it stops hearing speech in the sentence's first pause, and a reply started then would
+    be cut by the rest of the sentence."""
+    voice.wait_said()
     deadline = time.monotonic() + 5
     while client.status()["audio"]["input"]["speaking"]:
         assert time.monotonic() < deadline, "the listener still hears speech"

@@ -128,7 +128,8 @@ def rooms(args, name: str, tmp: Path) -> None:
 
 def wire(args, name: str, tmp: Path) -> None:
     from support.daemon import Daemon
-    from support.patchbay import TEXT, Patchbay, Subscriber, espeak, heard, quiet, reply_start, wait_recorded
+    from support.patchbay import (TEXT, Patchbay, Subscriber, espeak, heard, mic_after, onset_in_mic, quiet, reply_start,
+                                  wait_recorded)
 
     from edged.client import Client
 
@@ -167,9 +168,9 @@ def wire(args, name: str, tmp: Path) -> None:
             cursor = replies[0]["played_ms"] * RATE // 1000 if replies else float("nan")
             mid = (before + after) / 2 - start - 2 * PERIOD  # recording position moved to the DAC
             vad = [e for e in sub.of("vad") if e["state"] == "start"]
-            mic = sub.mic_audio()
+            mic = mic_after(sub, said_at, speech)
             first = sub.of("mic")[0]["first_sample"]
-            onset16 = said_at + int(np.flatnonzero(np.abs(mic[said_at - first:]) > 0.02)[0])
+            onset16 = first + onset_in_mic(mic, said_at - first, speech)
             onset = bay.voice_start + int(np.flatnonzero(np.abs(speech) > 0.02)[0])
             row = {"reason_ok": float(done.reason == "interrupted"),
                    "onset_to_silence_ms": (start + n - onset) / RATE * 1000,

@@ -28,7 +28,8 @@ import shutil
 
 import numpy as np
 import pytest
-from support.patchbay import TEXT, audio_rig, heard, onset_in_mic, quiet, reply_start, wait_pos, wait_recorded
+from support.patchbay import (TEXT, audio_rig, heard, mic_after, onset_in_mic, quiet, reply_start, wait_pos,
+                              wait_recorded)
 from support.takes import Takes, settle
 
 from edged.history.text import units
@@ -203,7 +204,7 @@ def test_user_speech_barges_in(rig):
             starts = [e for e in sub.of("vad") if e["state"] == "start" and e["while_playing"]]
             assert starts, sub.of("vad")
             vad_start = starts[0]  # a start the canceller held back may be followed by the one that cut
-            mic = sub.mic_audio()
+            mic = mic_after(sub, said_at, speech)
             first_mic = sub.of("mic")[0]["first_sample"]
             after = said_at - first_mic
             onset16 = first_mic + onset_in_mic(mic, after, speech)

@@ -138,6 +138,13 @@ class Subscriber:
     def clear(self) -> None:
         self.events.clear()
 
+    def wait_mic(self, until: int, timeout: float = 10.0) -> None:
+        """Waits until the `mic` events collected reach 16 kHz sample `until` of the daemon's stream."""
+        deadline = time.monotonic() + timeout
+        while not any(h["first_sample"] + h["samples"] >= until for h in self.of("mic")):
+            assert time.monotonic() < deadline, f"no mic audio up to sample {until} within {timeout} s"
+            time.sleep(0.01)
+
     def close(self) -> None:
         self._stop = True
         self._thread.join()
@@ -191,14 +198,23 @@ def onset_in_mic(mic: np.ndarray, since: int, speech: np.ndarray, level: float =
     """The index in `mic` (the daemon's published 16 kHz microphone audio) where `speech` (at RATE)
     begins, found at or after `since`: where the speech best lines up (cross-correlation), plus its
     own onset (the first sample above `level`). A residual click before the user cannot pass for the
-    onset, as a threshold on the microphone alone would let it."""
+    onset, as a threshold on the microphone alone would let it, nor can a first word the echo
+    canceller suppressed. `mic` must hold the whole speech after `since` (`mic_after`)."""
     import soxr
     from scipy.signal import correlate
 
     speech16 = soxr.resample(speech, RATE, 16000).astype(np.float32)
     tail = mic[since:]
+    assert len(tail) >= len(speech16), f"{len(tail)} mic samples after the search's start, the speech is {len(speech16)}"
     lag = int(np.argmax(correlate(tail, speech16, mode="valid", method="fft")))
     return since + lag + int(np.flatnonzero(np.abs(speech16) > level)[0])
+
+
+def mic_after(sub: Subscriber, since: int, speech: np.ndarray) -> np.ndarray:
+    """The published mic audio from its first collected event, once it holds `speech` (at RATE)
+    whole after 16 kHz sample `since` of the daemon's stream, and a tenth of a second more."""
+    sub.wait_mic(since + -(-len(speech) * 16000 // RATE) + 1600)
+    return sub.mic_audio()
 
 
 def quiet(client, voice) -> None:

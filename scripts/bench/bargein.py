@@ -128,8 +128,18 @@ def rooms(args, name: str, tmp: Path) -> None:
 
 def wire(args, name: str, tmp: Path) -> None:
     from support.daemon import Daemon
-    from support.patchbay import (TEXT, Patchbay, Subscriber, espeak, heard, mic_after, onset_in_mic, quiet, reply_start,
-                                  wait_recorded)
+    from support.patchbay import (
+        TEXT,
+        Patchbay,
+        Subscriber,
+        espeak,
+        heard,
+        mic_after,
+        onset_in_mic,
+        quiet,
+        reply_start,
+        wait_recorded,
+    )
 
     from edged.client import Client
 

@@ -28,8 +28,7 @@ import shutil
 
 import numpy as np
 import pytest
-from support.patchbay import (TEXT, audio_rig, heard, mic_after, onset_in_mic, quiet, reply_start, wait_pos,
-                              wait_recorded)
+from support.patchbay import TEXT, audio_rig, heard, mic_after, onset_in_mic, quiet, reply_start, wait_pos, wait_recorded
 from support.takes import Takes, settle
 
 from edged.history.text import units

@@ -52,7 +52,8 @@ class OrtBackend(Backend):
         self.threads = threads
         self.engines: list[OrtEngine] = []
 
-    def load(self, path: Path) -> Engine:
+    def session_options(self) -> ort.SessionOptions:
+        """The options every session of this backend is made with (a benchmark adds its profiling)."""
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = self.threads
@@ -64,8 +65,11 @@ class OrtBackend(Backend):
         # Block-quantized weights (int8 / int4 artifacts): each DequantizeLinear + MatMul is fused into
         # MatMulNBits; this accuracy level computes it with int8 activations per block.
         opts.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", ACCURACY_LEVEL)
+        return opts
+
+    def load(self, path: Path) -> Engine:
         try:
-            session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(path), self.session_options(), providers=["CPUExecutionProvider"])
         except Exception as exc:  # ORT raises its own exception types for unreadable graphs
             raise EngineError(f"{path.name}: cannot be loaded by ONNX Runtime ({exc})") from exc
         engine = OrtEngine(path, session)

@@ -195,6 +195,31 @@ def machine() -> list[str]:
     ]
 
 
+def profiled(path: Path, threads: int, feed: dict[str, np.ndarray], runs: int = 5) -> list[tuple[str, str, float]]:
+    """(node, operator type, ms per call) of `runs` calls of the graph at `path` in a session made as
+    the daemon's backend makes it (OrtBackend.session_options), profiled; the first call warms up."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from edged.backends.onnxruntime import OrtBackend
+
+    opts = OrtBackend(threads).session_options()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / path.stem)
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):
+        session.run(None, feed)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    calls = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[1:]
+    spent: dict[tuple[str, str], float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and any(lo <= e["ts"] <= hi for lo, hi in calls):
+            key = (e["name"].removesuffix("_kernel_time"), e["args"]["op_name"])
+            spent[key] = spent.get(key, 0.0) + e["dur"]
+    return [(node, op, us / runs / 1e3) for (node, op), us in spent.items()]
+
+
 def load() -> str:
     """Other work on the machine skews every timing: say how busy it was."""
     one, five, _ = os.getloadavg()

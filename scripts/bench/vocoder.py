@@ -21,7 +21,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case
+from common import machine, prepare_case, profiled
 
 
 def feeds(artifact, batch: int, frames: int) -> dict[str, np.ndarray]:
@@ -54,29 +53,14 @@ def timed(session, feed: dict[str, np.ndarray], calls: int) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def profile(path: Path, threads: int, feed: dict[str, np.ndarray], runs: int = 5) -> list[tuple[str, float, int]]:
+def profile(path: Path, threads: int, feed: dict[str, np.ndarray]) -> list[tuple[str, float, int]]:
     """(operator type, ms per call, nodes) of a profiled session, the largest first."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = threads
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.enable_profiling = True
-    opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "vocoder")
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    for _ in range(runs + 1):  # the first run warms up
-        session.run(None, feed)
-    events = json.loads(Path(session.end_profiling()).read_text())
-    calls = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[1:]
     spent: Counter[str] = Counter()
     nodes: Counter[str] = Counter()
-    for event in events:
-        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and \
-                any(lo <= event["ts"] <= hi for lo, hi in calls):
-            spent[event["args"]["op_name"]] += event["dur"]
-            nodes[event["args"]["op_name"]] += 1
-    return [(op, us / runs / 1e3, nodes[op] // runs) for op, us in spent.most_common()]
+    for _, op, ms in profiled(path, threads, feed):
+        spent[op] += ms
+        nodes[op] += 1
+    return [(op, ms, nodes[op]) for op, ms in spent.most_common()]
 
 
 def main(argv: list[str] | None = None) -> int:

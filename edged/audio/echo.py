@@ -10,7 +10,8 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   (given by the listener: the speaker's DAC latency plus the microphone's) less LEAD_BLOCKS blocks,
   so the direct path falls in the filter's first partitions from the first block on. A GCC-PHAT
   search (every half second of sound) moves `lag` only when the echo's peak lies outside those
-  partitions (the latency was misreported), and the filter starts over there. A latency reported
+  partitions (the latency was misreported) and stands MOVE_RATIO above the correlation inside them
+  (a user's voice over a reply can peak elsewhere, less high), and the filter starts over there. A latency reported
   long by more than the lead (an audio server's loopback skips the DAC) cannot move `lag` below
   zero: when the echo starts two partitions or more before the prior's direct one, the search
   moves the prior there, where it would otherwise learn at a hundredth of the step.
@@ -73,6 +74,11 @@ REOPEN = 2.0
 COHERENT_SHARE = 0.25
 """...and be this share of the residual: a changed path's residual follows the echo estimate, a
 user's does not (its coherence with the estimate is only the smoothing's bias, about 0.08)."""
+MOVE_RATIO = 3.0
+"""The delay search moves the filter only to a peak this many times higher than the best correlation at
+the delays the filter covers now: an echo that moved leaves noise where it was (a tenth of the new
+peak or less), while a user's voice over a reply can peak at another delay at about twice the echo's
+correlation, and moving there threw the learned room away."""
 UNLEARNED = 0.1
 """The delay search finds an echo, and the filter's taps hold less than this share of the
 microphone's power over the reference's (on the blocks where the reference sounds): the echo is new
@@ -302,7 +308,8 @@ class EchoCanceller:
 
     def _search_lag(self) -> None:
         """GCC-PHAT over the histories: where the microphone best follows the reference. The lag
-        moves only when that peak lies outside the filter's lead partitions."""
+        moves only when that peak lies outside the filter's lead partitions and stands MOVE_RATIO
+        above the best correlation inside them."""
         n = self.nfft
         cross = np.fft.rfft(self.mic_hist, n) * np.conj(np.fft.rfft(self.ref_hist, n))
         cross /= np.abs(cross) + 1e-12
@@ -317,7 +324,10 @@ class EchoCanceller:
             return
         self.lags_found += 1
         b = self.block
-        if not self.lag <= peak < self.lag + (LEAD_BLOCKS + 1) * b:
+        lead = slice(self.lag, self.lag + (LEAD_BLOCKS + 1) * b)
+        if not lead.start <= peak < lead.stop:
+            if height < MOVE_RATIO * float(lags[lead].max()):  # the echo is still where the filter has it
+                return
             lag = max(0, peak - LEAD_BLOCKS * b)
             self._restart(lag, (peak - lag) // b)
             return

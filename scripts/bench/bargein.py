@@ -2,6 +2,7 @@
 and through a wire.
 
     .venv/bin/python scripts/bench/bargein.py [--room-runs 4] [--wire-runs 8] [--only room wire]
+        [--alone-runs 6] [--voices speech babble] [--rooms 0.5 0.25] [--users 5dB-3s 10dB-3s 5dB-start]
 
 Room (tests/support/room_rig.py, as tests/audio/test_room.py): the daemon's output goes through a
 room into its own microphone (6.7 cm from the loudspeaker, reverberation 0.25 and 0.5 s, a mildly
@@ -11,10 +12,11 @@ then the built-in model's babble. Per voice and room, on the JACK clock:
 
 - replies of 10 s with no user: how many the daemon cut itself (`interrupted`), false VAD starts,
   and the canceller's ERLE (`status`) at the end: the first reply after boot or after entering the
-  room, the first after someone moved (a path change between replies), and `--room-runs` more;
-- a user (espeak-ng, 6 voices and phrases) 5 and 10 dB below the echo, starting 2.5-3.5 s into a
-  reply, and 5 dB below it 0.1-0.3 s into a reply: the user's onset at the microphone -> the reply's
-  last sample out of the loudspeaker.
+  room, the first after someone moved (a path change between replies), and more, `--alone-runs` in
+  all;
+- `--room-runs` runs of each user case (espeak-ng, 6 voices and phrases): 5 and 10 dB below the
+  echo, starting 2.5-3.5 s into a reply, and 5 dB below it 0.1-0.3 s into a reply (`--users`): the
+  user's onset at the microphone -> the reply's last sample out of the loudspeaker.
 
 Wire: the daemon's output looped straight into its input (a pure delay: any canceller removes it
 whole) with speech mixed in 1.0-2.0 s into a reply: onset -> silence on the output port, the VAD's
@@ -41,6 +43,9 @@ from common import ROOT, start_jack
 sys.path[:0] = [str(ROOT / "tests")]
 
 RATE, PERIOD = 24000, 256
+ROOM_SEEDS = {0.5: 1, 0.25: 2}
+USERS = {"5dB-3s": (5, "3 s in"), "10dB-3s": (10, "3 s in"), "5dB-start": (5, "at the start")}
+"""The user cases: dB below the echo, and when in the reply the user starts."""
 VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]
 PHRASES = ["Stop! Please stop talking now.", "Wait a moment.", "No, that is not what I asked.",
            "Hey, hold on.", "Excuse me, can you repeat that?", "Okay, thanks, that is enough."]
@@ -64,7 +69,7 @@ def rooms(args, name: str, tmp: Path) -> None:
     from support.room import Room, active_rms
     from support.room_rig import RoomRig
 
-    for voice in ("speech", "babble"):
+    for voice in args.voices:
         path = None
         (tmp / voice).mkdir()
         if voice == "speech":
@@ -76,7 +81,8 @@ def rooms(args, name: str, tmp: Path) -> None:
             latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
             rig = None
             rng = np.random.default_rng(0)
-            for rt60, seed in ((0.5, 1), (0.25, 2)):
+            for rt60 in args.rooms:
+                seed = ROOM_SEEDS[rt60]
                 if rig is None:
                     rig = RoomRig(name, Room(rt60, seed=seed), latency=latency)
                     bay.patch(record=True)
@@ -84,7 +90,7 @@ def rooms(args, name: str, tmp: Path) -> None:
                 else:
                     rig.enter(Room(rt60, seed=seed))
                 alone: list[dict[str, float]] = []
-                for run in range(args.room_runs + 2):
+                for run in range(args.alone_runs):
                     if run == 1:
                         rig.move()
                     quiet(client, rig)
@@ -99,7 +105,7 @@ def rooms(args, name: str, tmp: Path) -> None:
                     print(f"{voice} rt60 {rt60} reply {run} ({label}): {done.reason}, {alone[-1]}", flush=True)
                 summary(f"{voice}, rt60 {rt60}, replies alone (10 s)", alone,
                         ["cut_itself", "false_vad_starts", "erle_db", "xruns"])
-                for below, when in ((5, "3 s in"), (10, "3 s in"), (5, "at the start")):
+                for below, when in (USERS[case] for case in args.users):
                     users: list[dict[str, float]] = []
                     for run in range(args.room_runs):
                         user = espeak(PHRASES[run % len(PHRASES)], tmp, VOICES[run % len(VOICES)])
@@ -209,7 +215,12 @@ def wire(args, name: str, tmp: Path) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--room-runs", type=int, default=4)
+    p.add_argument("--room-runs", type=int, default=4, help="runs of each user case, per voice and room")
+    p.add_argument("--alone-runs", type=int, default=6, help="replies alone per voice and room")
+    p.add_argument("--voices", nargs="+", default=["speech", "babble"], choices=["speech", "babble"])
+    p.add_argument("--rooms", nargs="+", type=float, default=list(ROOM_SEEDS), choices=list(ROOM_SEEDS),
+                   help="RT60s, entered in this order")
+    p.add_argument("--users", nargs="+", default=list(USERS), choices=list(USERS))
     p.add_argument("--wire-runs", type=int, default=8)
     p.add_argument("--only", nargs="+", default=["room", "wire"], choices=["room", "wire"])
     args = p.parse_args()

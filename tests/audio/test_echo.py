@@ -241,3 +241,30 @@ def test_the_users_voice_between_replies_is_no_echo_appearing():
         assert ec.path_changes == 0, shift
         speaking = slice((second + RATE) // BLOCK + 2, (second + RATE + RATE // 4) // BLOCK)
         assert near[speaking][sounding(user, 0)[speaking]].mean() >= NEAR_END_SHARE, shift
+
+
+def test_a_peak_at_another_delay_moves_the_filter_only_when_the_echo_left():
+    """The delay search moves a learned filter only when the echo left the delays it covers. A
+    louder copy of the reply at another delay, over the echo for a second and a half (as a user's
+    voice over a reply made GCC-PHAT peak elsewhere in a room, at about twice the echo's
+    correlation), once moved the filter there and back, starting over twice: 6-11 dB of
+    cancellation in the second after it instead of 39-40. When the echo itself moves there, the
+    filter follows and learns it."""
+    for seed in range(2):
+        ref = speechlike(7.0, 60 + seed)
+        mic = echo_of(ref, 600, room_path(60 + seed))
+        elsewhere = echo_of(ref, 3000, room_path(70 + seed))
+        voice = slice(3 * RATE, 4 * RATE + RATE // 2)
+        mic[voice] += 2.0 * elsewhere[voice]
+        ec = EchoCanceller(RATE, BLOCK, latency=600)
+        out, _ = run(mic, ref, ec)
+        after = slice(voice.stop, voice.stop + RATE)
+        assert ec.lag == 600 - LEAD_BLOCKS * BLOCK, seed  # moved there and back, it ends 40 samples off
+        assert db(mic[after]) - db(out[after]) > 30, seed
+
+        moved = np.concatenate([mic[:3 * RATE], elsewhere[3 * RATE:]])
+        ec = EchoCanceller(RATE, BLOCK, latency=600)
+        out, _ = run(moved, ref, ec)
+        assert ec.lag == 3000 + 40 - LEAD_BLOCKS * BLOCK, seed
+        late = slice(5 * RATE, 7 * RATE)
+        assert db(moved[late]) - db(out[late]) > 40, seed

@@ -30,7 +30,8 @@ from engines.experts import gathered_stacks, quantize_stacks
 from engines.onnx_data import read_initializer, save_streamed
 from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block
 
-__all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model"]
+__all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model",
+           "set_nodes"]
 
 GRAPHS = ("talker", "code_predictor")
 OPSET = 21
@@ -66,19 +67,23 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Pa
         nodes.extend(product)
         stats["weights"] += 1
         stats["parameters"] += w.size
-    nodes = _live(nodes, {o.name for o in graph.output})
-    used = {name for node in nodes for name in node.input}
-    kept = [i for i in graph.initializer if i.name in used]
-    graph.ClearField("initializer")
-    graph.initializer.extend(kept)
-    graph.ClearField("node")
-    graph.node.extend(nodes)
+    set_nodes(graph, _live(nodes, {o.name for o in graph.output}))
     graph.ClearField("value_info")
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx"):
             opset.version = max(opset.version, OPSET)
     model.ir_version = max(model.ir_version, 10)
     return {**stats, **gathered}
+
+
+def set_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+    """`graph`'s nodes become `nodes`, and its initializers the ones some node reads."""
+    used = {name for node in nodes for name in node.input}
+    kept = [i for i in graph.initializer if i.name in used]
+    graph.ClearField("initializer")
+    graph.initializer.extend(kept)
+    graph.ClearField("node")
+    graph.node.extend(nodes)
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:

@@ -103,6 +103,7 @@ def fuse_shared(graph: Path, out: Path) -> None:
     from onnx import helper, numpy_helper
 
     from engines.onnx_data import read_initializer, save_streamed
+    from engines.quantize import set_nodes
 
     model = onnx.load(str(graph), load_external_data=False)
     g = model.graph
@@ -123,13 +124,7 @@ def fuse_shared(graph: Path, out: Path) -> None:
                                helper.make_node("Split", [f"{name}__out", sizes.name], [n.output[0] for n in group],
                                                 axis=-1, name=f"{name}__split")]
         swap.update({n.name: [] for n in group[1:]})
-    nodes = [m for n in g.node for m in swap.get(n.name, [n])]
-    used = {i for n in nodes for i in n.input}
-    kept = [i for i in g.initializer if i.name in used]
-    g.ClearField("node")
-    g.node.extend(nodes)
-    g.ClearField("initializer")
-    g.initializer.extend(kept)
+    set_nodes(g, [m for n in g.node for m in swap.get(n.name, [n])])
     save_streamed(model, out, graph.parent)
 
 
@@ -138,6 +133,8 @@ def int8_heads(graph: Path, out: Path) -> None:
     heads) * scale(h) * head_scales, h quantized per row, symmetric."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
+    from engines.quantize import set_nodes
 
     model = onnx.load(str(graph))
     g = model.graph
@@ -161,9 +158,7 @@ def int8_heads(graph: Path, out: Path) -> None:
             helper.make_node("Cast", [p + "int"], [p + "float"], to=TensorProto.FLOAT),
             helper.make_node("Mul", [p + "float", p + "scale"], [p + "rows"]),
             helper.make_node("Mul", [p + "rows", "head_scales"], [product.output[0]])]
-    nodes = [m for n in g.node for m in (made if n is product else [n])]
-    g.ClearField("node")
-    g.node.extend(nodes)
+    set_nodes(g, [m for n in g.node for m in (made if n is product else [n])])
     onnx.save(model, str(out))
 
 

@@ -28,17 +28,20 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin for float positions [...] -> [..., D], computed as HF computes them (float32)."""
+    """cos, and sin with its first half negated, for float positions [...] -> [..., D], computed as HF
+    computes them (float32): apply_rope's rotation is then a permutation, one Gather a tensor."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     freqs = positions.float().unsqueeze(-1) * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
+    sin = freqs.sin()
+    return torch.cat((freqs, freqs), dim=-1).cos(), torch.cat((-sin, sin), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's x * cos + rotate_half(x) * sin, bit for bit: rotate_half(x) = (-x2, x1) and
+    (-a) * b = a * (-b) exactly, so the halves are swapped and the sign rides on the table."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    swap = torch.cat((torch.arange(half, 2 * half), torch.arange(half)))
+    return x * cos + torch.index_select(x, -1, swap) * signed_sin
 
 
 class Attention(nn.Module):
@@ -56,11 +59,11 @@ class Attention(nn.Module):
         """x [B, T, H] -> q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, D], rotated."""
         b, t, _ = x.shape
         c = self.c
-        q = self.q_norm(self.q_proj(x).view(b, t, c.heads, c.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim)).transpose(1, 2)
+        q = self.q_norm(self.q_proj(x).view(b, t, c.heads, c.head_dim))
+        k = self.k_norm(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim))
         v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # rotated before the heads move: no Transpose around the Gather
+        return apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2), v
 
     def causal(self, x, cos, sin, past_k=None, past_v=None):
         """Full causal attention over (optional past) + x. Returns out [B,T,H], k, v of x's rows."""
@@ -94,7 +97,7 @@ class Attention(nn.Module):
         scale = c.head_dim**-0.5
         q = q.reshape(b, c.kv_heads, rep * t, c.head_dim)
         past_scores = torch.matmul(q, past_kt) * scale  # [B, Hkv, rep*T, P]
-        past_scores = torch.where(valid, past_scores, torch.full_like(past_scores, NEG_INF))
+        past_scores = torch.where(valid, past_scores, NEG_INF)  # a scalar: no Shape + Expand
         new_scores = torch.matmul(q, k.transpose(2, 3)) * scale  # [B, Hkv, rep*T, T]
         row = torch.arange(t).repeat(rep)  # the new row each query row is
         future = torch.arange(t).unsqueeze(0) > row.unsqueeze(1)  # [rep*T, T]
@@ -147,7 +150,7 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(self.gate(x).float(), dim=-1)  # [..., E]
         kth = torch.topk(probs, self.m.top_k, dim=-1).values[..., -1:]
-        weights = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        weights = torch.where(probs >= kth, probs, 0.0)
         if self.m.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         rows = x.reshape(-1, x.shape[-1])  # [N, H]

@@ -9,6 +9,9 @@ turns CumSum into a loop over the axis (3072 steps per talker step). The result 
 when top-k is on and at most WINDOW, and when neither top-k nor top-p filters (the whole vocabulary
 is sampled); with top-k off and top-p < 1 it is HF's unless the nucleus holds more than WINDOW
 tokens (then it is cut at WINDOW); a top-k above WINDOW acts as WINDOW.
+
+A constant branch of `torch.where` is a scalar, not a `full_like`: that exports as Shape + Expand,
+run at every step.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def process_code0(logits, seen, repetition_penalty, allow_eos, eos: int):
     ids = torch.arange(vocab)
     suppressed = (ids >= vocab - SPECIALS_PER_VOCAB) & (ids != eos)  # [V]
     eos_blocked = (ids == eos).unsqueeze(0) & ~allow_eos.unsqueeze(-1)  # [B, V]
-    return torch.where(suppressed.unsqueeze(0) | eos_blocked, torch.full_like(logits, NEG_INF), logits)
+    return torch.where(suppressed.unsqueeze(0) | eos_blocked, NEG_INF, logits)
 
 
 def filtered(logits, temperature, top_k, top_p):
@@ -49,12 +52,12 @@ def filtered(logits, temperature, top_k, top_p):
     vocab = logits.shape[-1]
     w = min(WINDOW, vocab)
     greedy = temperature <= 0
-    t = torch.where(greedy, torch.ones_like(temperature), temperature).unsqueeze(-1)
+    t = torch.where(greedy, 1.0, temperature).unsqueeze(-1)
     scaled = logits / t
     best, _ = torch.topk(scaled, w, dim=-1)  # [..., W], descending
-    k = torch.where((top_k <= 0) | (top_k > w), torch.full_like(top_k, w), top_k)
+    k = torch.where((top_k <= 0) | (top_k > w), w, top_k)
     in_top_k = torch.arange(w) < k.unsqueeze(-1)
-    window = torch.where(in_top_k, best, torch.full_like(best, NEG_INF))
+    window = torch.where(in_top_k, best, NEG_INF)
     # probabilities as HF's top-p sees them: over the top-k survivors, or the whole vocabulary when top-k is off
     top_k_off = ((top_k <= 0) | (top_k >= vocab)).unsqueeze(-1)
     norm = torch.where(top_k_off, torch.logsumexp(scaled, -1, keepdim=True), torch.logsumexp(window, -1, keepdim=True))
@@ -64,8 +67,8 @@ def filtered(logits, temperature, top_k, top_p):
     kept = keep.sum(-1, keepdim=True).clamp(min=1)  # keep is a prefix: its length picks the threshold
     threshold = torch.gather(window, -1, kept - 1)
     unfiltered = top_k_off & (top_p.unsqueeze(-1) >= 1.0)
-    threshold = torch.where(unfiltered, torch.full_like(threshold, NEG_INF), threshold)
-    return torch.where(scaled < threshold, torch.full_like(scaled, NEG_INF), scaled)
+    threshold = torch.where(unfiltered, NEG_INF, threshold)
+    return torch.where(scaled < threshold, NEG_INF, scaled)
 
 
 def sample(logits, temperature, top_k, top_p, noise):

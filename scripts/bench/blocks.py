@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The CPU form's block size: ONNX Runtime's MatMulNBits time and the model's decisions with int8 and
-int4 weights in 32-, 64- and 128-row blocks, side by side in one run at the real Qwen3-TTS 0.6B
+int4 weights in 32- to 256-row blocks, side by side in one run at the real Qwen3-TTS 0.6B
 dimensions.
 
     python scripts/bench/blocks.py [--threads 2] [--repeats 7] [--frames 24] [--work DIR] [--no-quality]
@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import cached, machine, prepare_case, unloadable
 
-FORMS = (("int8", 32), ("int8", 128), ("int4", 32), ("int4", 64), ("int4", 128))
+FORMS = (("int8", 32), ("int8", 128), ("int8", 256), ("int4", 32), ("int4", 64), ("int4", 128), ("int4", 256))
 
 
 def measure(artifacts: list[Path], threads: int, repeats: int) -> list[dict[str, float]]:

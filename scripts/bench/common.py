@@ -220,6 +220,30 @@ def profiled(path: Path, threads: int, feed: dict[str, np.ndarray], runs: int = 
     return [(node, op, us / runs / 1e3) for (node, op), us in spent.items()]
 
 
+def step_feed(graph: Path, dims: dict[str, int], position: int) -> dict[str, np.ndarray]:
+    """One greedy step of the talker or code-predictor graph at `graph` for every member: its inputs
+    read from the graph, shaped by `dims` (the graph's dimension names), random embeddings, cache and
+    heads (seeded), `position`, temperature 0, top-k 50, no repetition penalty."""
+    import onnx
+
+    rng = np.random.default_rng(0)
+    feed: dict[str, np.ndarray] = {}
+    for i in onnx.load(str(graph), load_external_data=False).graph.input:
+        shape = [d.dim_value or dims[d.dim_param] for d in i.type.tensor_type.shape.dim]
+        kind = i.type.tensor_type.elem_type
+        if kind == onnx.TensorProto.INT64:
+            feed[i.name] = np.full(shape, 50 if i.name == "top_k" else 0, np.int64)
+        elif kind == onnx.TensorProto.BOOL:
+            feed[i.name] = np.ones(shape, bool)
+        else:
+            feed[i.name] = rng.random(shape, dtype=np.float32) * (0.02 if i.name == "heads" else 1.0)
+    feed["positions"][:] = position
+    feed["temperature"][:] = 0.0  # greedy
+    if "repetition_penalty" in feed:
+        feed["repetition_penalty"][:] = 1.0
+    return feed
+
+
 def load() -> str:
     """Other work on the machine skews every timing: say how busy it was."""
     one, five, _ = os.getloadavg()

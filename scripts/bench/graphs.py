@@ -25,35 +25,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))
+sys.path.insert(0, str(HERE))
 
 import numpy as np
+from common import step_feed
 
 CASES = {"talker.onnx": ({"B": 1, "T": 1, "L": 64, "P": 256}, 60, 10),
          "code_predictor.onnx": ({"B": 1, "T": 1, "V": 1, "P": 16}, 12, 60)}
 """graph: (its dims, the member's position, calls per timed batch)."""
-
-
-def feed(graph: Path, dims: dict[str, int], position: int) -> dict[str, np.ndarray]:
-    """A greedy one-member step of `graph`: random embeddings and cache, `position`, top-k 50."""
-    import onnx
-
-    rng = np.random.default_rng(0)
-    f: dict[str, np.ndarray] = {}
-    for i in onnx.load(str(graph), load_external_data=False).graph.input:
-        shape = [d.dim_value or dims[d.dim_param] for d in i.type.tensor_type.shape.dim]
-        kind = i.type.tensor_type.elem_type
-        if kind == onnx.TensorProto.INT64:
-            f[i.name] = np.full(shape, 50 if i.name == "top_k" else 0, np.int64)
-        elif kind == onnx.TensorProto.BOOL:
-            f[i.name] = np.ones(shape, bool)
-        else:
-            f[i.name] = rng.random(shape, dtype=np.float32) * (0.02 if i.name == "heads" else 1.0)
-    f["positions"][:] = position
-    f["temperature"][:] = 0.0
-    if "repetition_penalty" in f:
-        f["repetition_penalty"][:] = 1.0
-    return f
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = OrtBackend(1).session_options()
     ways = {}
     for graph, (dims, position, calls) in CASES.items():
-        f = feed(args.old / graph, dims, position)
+        f = step_feed(args.old / graph, dims, position)
         for side in ("old", "new"):
             session = ort.InferenceSession(str(getattr(args, side) / graph), opts, providers=["CPUExecutionProvider"])
             ways[(graph, side)] = (session, f, calls)

@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, profiled, variant
+from common import machine, prepare_case, profiled, step_feed, variant
 
 FORMS = ("int4", "int8")
 HEADS = 15
@@ -51,23 +51,9 @@ HEADS = 15
 
 def feeds(graph: Path, rows: int, verified: int) -> list[dict[str, np.ndarray]]:
     """One feed per head: a member's pass of `rows` new rows, `verified` verified, over 16 slots."""
-    import onnx
-
-    rng = np.random.default_rng(0)
-    dims = {"B": 1, "T": rows, "V": verified, "P": 16}
-    base: dict[str, np.ndarray] = {}
-    hc = vc = 0
-    for i in onnx.load(str(graph), load_external_data=False).graph.input:
-        shape = [d.dim_value or dims[d.dim_param] for d in i.type.tensor_type.shape.dim]
-        if i.name == "heads":
-            hc, vc = shape[1], shape[2]
-        elif i.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-            base[i.name] = np.full(shape, 50 if i.name == "top_k" else 0, np.int64)
-        else:
-            base[i.name] = rng.random(shape, dtype=np.float32)
-    base["positions"][:] = 12
-    base["temperature"][:] = 0.0  # greedy
-    heads = (rng.standard_normal((HEADS + verified - 1, hc, vc), dtype=np.float32) * 0.02)
+    base = step_feed(graph, {"B": 1, "T": rows, "V": verified, "P": 16}, 12)
+    _, hc, vc = base["heads"].shape
+    heads = np.random.default_rng(1).standard_normal((HEADS + verified - 1, hc, vc), dtype=np.float32) * 0.02
     return [{**base, "heads": heads[g:g + verified]} for g in range(HEADS)]
 
 

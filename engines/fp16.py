@@ -110,6 +110,8 @@ def convert_artifact(src: Path, out: Path) -> dict[str, dict[str, int]]:
     artifact = load_artifact(src)
     if artifact.precision != "fp32":
         raise ValueError(f"{src}: the artifact is already {artifact.precision}")
+    if artifact.vocoder_weights != "fp32":
+        raise ValueError(f"{src}: its vocoder is {artifact.vocoder_weights}; convert an artifact with an fp32 vocoder")
     out.mkdir(parents=True, exist_ok=True)
     stats = {role: convert_file(artifact.file(role), out / graph.file) for role, graph in artifact.graphs.items()}
     for name in artifact.files.values():

@@ -25,6 +25,16 @@ def read_initializer(init: onnx.TensorProto, base: Path) -> np.ndarray:
     return numpy_helper.to_array(_inline(init, base) if _external(init) else init)
 
 
+def set_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+    """`graph`'s nodes become `nodes`, and its initializers the ones some node reads."""
+    used = {name for node in nodes for name in node.input}
+    kept = [i for i in graph.initializer if i.name in used]
+    graph.ClearField("initializer")
+    graph.initializer.extend(kept)
+    graph.ClearField("node")
+    graph.node.extend(nodes)
+
+
 def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:
     """Write `model` to `path`, its initializers' data to `<name>.data` one tensor at a time (those in
     memory moved out, those still external copied from their file under `base`, which may be the

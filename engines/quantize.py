@@ -27,8 +27,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from engines.experts import gathered_stacks, quantize_stacks
-from engines.onnx_data import read_initializer, save_streamed
-from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block
+from engines.onnx_data import read_initializer, save_streamed, set_nodes
+from engines.vocoder_int8 import quantize_vocoder
+from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block, vocoder_form
 
 __all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model",
            "set_nodes"]
@@ -74,16 +75,6 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Pa
             opset.version = max(opset.version, OPSET)
     model.ir_version = max(model.ir_version, 10)
     return {**stats, **gathered}
-
-
-def set_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
-    """`graph`'s nodes become `nodes`, and its initializers the ones some node reads."""
-    used = {name for node in nodes for name in node.input}
-    kept = [i for i in graph.initializer if i.name in used]
-    graph.ClearField("initializer")
-    graph.initializer.extend(kept)
-    graph.ClearField("node")
-    graph.node.extend(nodes)
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
@@ -148,31 +139,53 @@ def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, i
     return stats
 
 
-def quantize_artifact(src: Path, out: Path, weights: str, target: str = "cpu",
-                      block: int | None = None) -> dict[str, dict[str, int]]:
-    """An int8 / int4 twin of an fp32 artifact in the form `target` runs (out may be src: quantized
-    in place); per graph, what was quantized. A form the target cannot run is a FormError."""
+def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "cpu",
+                      block: int | None = None, vocoder: str | None = None) -> dict[str, dict[str, int]]:
+    """A twin of an artifact with its talker and code predictor's weights int8 / int4 in the form
+    `target` runs (`weights`), its vocoder's convolutions int8 (`vocoder`: engines/vocoder_int8.py), or
+    both (out may be src: quantized in place); per graph, what was quantized. A form the target cannot
+    run is a FormError."""
     from edged.artifact import load_artifact
 
-    weight_form = form(weights, target, block)
+    if weights is None and vocoder is None:
+        raise ValueError("nothing to quantize: give weights (int8 / int4), vocoder (int8), or both")
     artifact = load_artifact(src)
-    if artifact.precision != "fp32" or artifact.weights != "fp32":
+    if artifact.precision != "fp32" or (weights is not None and artifact.weights != "fp32"):
         raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; "
                          f"quantize an fp32 one")
-    if block is None and target == "cpu":
-        weight_form = form(weights, target, default_cpu_block(artifact))
+    if vocoder is not None:
+        vocoder_form(vocoder, target)
+        if artifact.vocoder_weights != "fp32":
+            raise ValueError(f"{src}: the vocoder is already {artifact.vocoder_weights}")
+    weight_form = None
+    if weights is not None:
+        weight_form = form(weights, target, block if block is not None or target != "cpu" else default_cpu_block(artifact))
     out.mkdir(parents=True, exist_ok=True)
     stats = {}
     for role, graph in artifact.graphs.items():
-        if role in GRAPHS:
+        if role in GRAPHS and weight_form is not None:
             stats[role] = quantize_file(artifact.file(role), out / graph.file, weight_form)
+        elif role == "vocoder" and vocoder is not None:
+            stats[role] = quantize_vocoder_file(artifact.file(role), out / graph.file)
         elif (out / graph.file).resolve() != artifact.file(role).resolve():
             _copy_graph(artifact.file(role), out / graph.file)
     for name in artifact.files.values():
         if (out / name).resolve() != (src / name).resolve():
             shutil.copy(src / name, out / name)
-    manifest = replace(artifact, weights=weights, weight_block=weight_form.block, weight_target=target).to_json()
-    (out / "artifact.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    made = artifact
+    if weight_form is not None:
+        made = replace(made, weights=weights, weight_block=weight_form.block, weight_target=target)
+    if vocoder is not None:
+        made = replace(made, vocoder_weights=vocoder)
+    (out / "artifact.json").write_text(json.dumps(made.to_json(), indent=2) + "\n")
+    return stats
+
+
+def quantize_vocoder_file(path: Path, out: Path) -> dict[str, int]:
+    """The vocoder graph file with its convolutions int8 (engines/vocoder_int8.py; `out` may be `path`)."""
+    model = onnx.load(str(path), load_external_data=False)
+    stats = quantize_vocoder(model, Path(path).parent)
+    save_streamed(model, Path(out), Path(path).parent)
     return stats
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from edged.backends import kernels
 from edged.backends.plan_file import write_plan
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
-from engines.weight_form import FormError, form
+from engines.weight_form import FormError, form, vocoder_form
 
 ANY = "*"
 Profile = dict[str, dict[int, str]]
@@ -135,6 +135,11 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
 def weights_refusal(model: dict) -> str | None:
     """Why TensorRT 10.3 cannot build an artifact's quantized weights (engines/weight_form.py), or None."""
     weights, target = model.get("weights", "fp32"), model.get("weight_target")
+    if model.get("vocoder_weights", "fp32") != "fp32":
+        try:
+            vocoder_form(model["vocoder_weights"], "jetson")
+        except FormError as exc:
+            return str(exc)
     if weights == "fp32":
         return None
     try:

@@ -121,6 +121,17 @@ def form(weights: str, target: str, block: int | None = None) -> WeightForm:
     return WeightForm(target, weights, block)
 
 
+def vocoder_form(vocoder: str, target: str) -> str:
+    """The vocoder's int8 form for `target`, or FormError naming the rule it breaks."""
+    if vocoder != "int8":
+        raise FormError(f"vocoder must be int8, got {vocoder!r}")
+    if target != "cpu":
+        raise FormError("the int8 vocoder has no Jetson form: its activations are quantized per call "
+                        "(DynamicQuantizeLinear, MatMulInteger), which TensorRT 10.3 does not build (it takes "
+                        "Q/DQ with constant scales); quantize the vocoder with --target cpu, or leave it fp32")
+    return vocoder
+
+
 def quantize_block(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric block quantization of w [K, N] along K: q int8 [K, N] in [-2^(b-1), 2^(b-1) - 1] and
     fp32 scales [K / block, N] with w ~= q * scale (per block)."""

@@ -22,6 +22,7 @@ FORMAT = 1
 PRECISIONS = ("fp32", "fp16")
 WEIGHTS = ("fp32", "int8", "int4")
 WEIGHT_TARGETS = ("cpu", "jetson")
+VOCODER_WEIGHTS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class Manifest:
     """Which backend's kernels the quantized form is for: cpu (ONNX Runtime's MatMulNBits: fp32 scales)
     or jetson (TensorRT 10.3: INT4 in blocks of 64 or 128, fp16 scales, fp16 products); "" for fp32
     weights (engines/weight_form.py)."""
+    vocoder_weights: str = "fp32"
+    """The vocoder graph's convolutions: fp32, or int8 (dynamically quantized 8-bit products, ONNX
+    Runtime's form only: engines/vocoder_int8.py)."""
 
     @property
     def frame_ms(self) -> float:
@@ -121,7 +125,8 @@ class Manifest:
             "family": self.family,
             "model": {"type": self.model_type, "instruct": self.supports_instruct, "precision": self.precision,
                       "layout": self.layout, "weights": self.weights, "weight_block": self.weight_block,
-                      **({"weight_target": self.weight_target} if self.weight_target else {})},
+                      **({"weight_target": self.weight_target} if self.weight_target else {}),
+                      **({"vocoder_weights": self.vocoder_weights} if self.vocoder_weights != "fp32" else {})},
             "files": {**{role: g.file for role, g in self.graphs.items()}, **self.files},
             "dims": asdict(self.dims),
             "limits": {"max_batch": self.max_batch, "max_seq": self.max_seq},
@@ -165,6 +170,13 @@ class Manifest:
         if target not in (WEIGHT_TARGETS if weights != "fp32" else ("",)):
             raise ArtifactError(f"artifact.json: 'model.weight_target' must be one of {', '.join(WEIGHT_TARGETS)} for "
                                 f"quantized weights and absent for fp32, got {target!r}")
+        vocoder_weights = model.get("vocoder_weights", "fp32")
+        if vocoder_weights not in VOCODER_WEIGHTS:
+            raise ArtifactError(f"artifact.json: 'model.vocoder_weights' must be one of {', '.join(VOCODER_WEIGHTS)}, "
+                                f"got {vocoder_weights!r}")
+        if vocoder_weights != "fp32" and precision != "fp32":
+            raise ArtifactError(f"artifact.json: 'model.vocoder_weights' {vocoder_weights} needs 'model.precision' fp32, "
+                                f"got {precision}")
         layout = model.get("layout", "tts")
         if not isinstance(layout, str):
             raise ArtifactError(f"artifact.json: 'model.layout' must be a string, got {layout!r}")
@@ -208,7 +220,7 @@ class Manifest:
             sampling={k: _number(sampling_raw, k, "sampling") for k in SAMPLING_KEYS
                       if k not in ("seed", "cp_spec_verify_size")},  # the model's generation defaults
             graphs=graphs, files=files, layout=layout, lead_samples=lead, weights=weights, weight_block=block,
-            weight_target=target,
+            weight_target=target, vocoder_weights=vocoder_weights,
         )
 
 

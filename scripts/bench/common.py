@@ -265,6 +265,8 @@ class Case:
     block: int | None = None
     """Rows per quantization block (None: engines.quantize's default for the weights)."""
     agreeable: bool = False
+    vocoder: str = "fp32"
+    """The vocoder's form: fp32, or int8 (engines/vocoder_int8.py)."""
     reference: bool = True
     """Whether the reference runs on the checkpoint (fp32 weights, not agreeable)."""
     per_layer_ms: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -277,7 +279,7 @@ class Case:
     @property
     def title(self) -> str:
         return self.name + ("-agreeable" if self.agreeable else "") + ("" if self.weights == "fp32" else f"-{self.weights}") \
-            + (f"-b{self.block}" if self.block else "")
+            + (f"-b{self.block}" if self.block else "") + ("" if self.vocoder == "fp32" else f"-voc{self.vocoder}")
 
 
 def cached(out: Path, what: str, build, stale=lambda out: None) -> str:
@@ -319,11 +321,12 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
 
 
 def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
-            block: int | None = None) -> tuple[Path, list[str]]:
+            block: int | None = None, vocoder: str = "fp32") -> tuple[Path, list[str]]:
     """The artifact of `case` with `weights` (fp32, or int8 / int4 quantized from the fp32 one by
-    engines.quantize, in blocks of `block` rows or its default) and, `agreeable`, exported from the
-    checkpoint's engines.agreeable twin (every greedy draft right); made or taken from the cache
-    beside the case's own. With notes."""
+    engines.quantize, in blocks of `block` rows or its default), its vocoder in `vocoder`'s form
+    (fp32, or int8: engines/vocoder_int8.py) and, `agreeable`, exported from the checkpoint's
+    engines.agreeable twin (every greedy draft right); made or taken from the cache beside the case's
+    own. With notes."""
     from engines.export import export
     from engines.quantize import default_cpu_block, quantize_artifact
 
@@ -340,6 +343,10 @@ def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
         block = block or default_cpu_block(load_artifact(art))
         src, art = art, art.with_name(f"{art.name}-{weights}-b{block}")
         notes.append(cached(art, weights, lambda out: quantize_artifact(src, out, weights, block=block), unloadable))
+    if vocoder != "fp32":
+        src, art = art, art.with_name(f"{art.name}-voc{vocoder}")
+        notes.append(cached(art, f"{vocoder} vocoder", lambda out: quantize_artifact(src, out, None, vocoder=vocoder),
+                            unloadable))
     return art, notes
 
 

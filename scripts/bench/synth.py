@@ -2,7 +2,8 @@
 """Benchmark `edged synth` against the bare engine loop and against qwen-tts, on the same weights.
 
     python scripts/bench/synth.py [--only tiny real omni-tiny omni-real] [--weights fp32 int8 int4]
-        [--agreeable] [--verify W] [--frames N] [--threads generation=1,vocoder=1 ...] [--batch 1 4] [--work DIR]
+        [--vocoder fp32|int8] [--agreeable] [--verify W] [--frames N] [--threads generation=1,vocoder=1 ...]
+        [--batch 1 4] [--work DIR]
 
 For each checkpoint (Qwen3-TTS: the tiny random one, and a random one with the real
 Qwen3-TTS-12Hz-0.6B sizes; Qwen3-Omni: a tiny one, and a random one with the real Qwen3-Omni-30B-A3B
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fp32, or 8- / 4-bit weights quantized from it (engines.quantize)")
     p.add_argument("--block", type=int, default=None,
                    help="rows per int8 / int4 quantization block (default: engines.quantize's, 128 at the real sizes)")
+    p.add_argument("--vocoder", choices=["fp32", "int8"], default="fp32",
+                   help="the vocoder's form: int8 quantizes its convolutions (engines/vocoder_int8.py)")
     p.add_argument("--agreeable", action="store_true",
                    help="the checkpoints' engines.agreeable twins (Qwen3-TTS): every greedy draft right")
     p.add_argument("--verify", type=int, default=0, help="the code predictor's speculative verify window (0: off)")
@@ -349,11 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join("  " + n for n in base.notes), flush=True)
         for weights in args.weights:
             block = None if weights == "fp32" else args.block
-            art, notes = variant(base, weights, args.agreeable, block)
+            art, notes = variant(base, weights, args.agreeable, block, args.vocoder)
             print("\n".join("  " + n for n in notes), flush=True)
             case = replace(base, artifact=art, weights=weights, block=block, agreeable=args.agreeable, notes=[],
-                           per_layer_ms={},
-                           reference=args.reference and weights == "fp32" and not args.agreeable)
+                           per_layer_ms={}, vocoder=args.vocoder,
+                           reference=args.reference and weights == "fp32" and not args.agreeable
+                           and args.vocoder == "fp32")
             print(f"== {case.title}: {frames} frames, verify {args.verify or 'off'}, threads {plans}, batches "
                   f"{args.batch}, {args.repeats} repeats", flush=True)
             rows += bench_case(case, args.threads, args.repeats, args.batch, args.profile, args.verify)

@@ -11,7 +11,11 @@ frames three ways, in turn, so drift on a shared machine hits them alike: one ca
 (batch 1, as the daemon decodes today), one call for them all (batch B), and two calls of B / 2;
 the median of `--repeats` rounds after a warm-up round. Then one profiled session gives the time
 per operator type of a batch-1 window. Every call starts from the same state (a window
-`--frames` frames into a stream), which is what a streaming window costs.
+`--frames` frames into a stream), which is what a streaming window costs. Last, the fp32 vocoder
+against its int8 form (`edged-engines quantize --vocoder int8`, engines/vocoder_int8.py), made from
+the fp32 artifact into the same cache: one random utterance of 24 frames streamed in windows of
+`--frames` through each in turn, round after round: ms per frame, the int8 PCM's signal-to-noise
+ratio against the fp32 PCM, and the int8 window profiled by operator.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, profiled
+from common import machine, prepare_case, profiled, variant
 
 
 def feeds(artifact, batch: int, frames: int) -> dict[str, np.ndarray]:
@@ -63,6 +67,55 @@ def profile(path: Path, threads: int, feed: dict[str, np.ndarray]) -> list[tuple
     return [(op, ms, nodes[op]) for op, ms in spent.most_common()]
 
 
+def stream(session, artifact, codes: np.ndarray, frames: int) -> tuple[np.ndarray, float]:
+    """codes [1, G, F] decoded window by window of `frames` from fresh state, as the daemon streams
+    them: (the PCM, ms spent in the calls)."""
+    state = {s.input: np.zeros((1, *s.shape), np.float32) for s in artifact.graphs["vocoder"].state}
+    outputs = ["pcm", *(s.output for s in artifact.graphs["vocoder"].state)]
+    pcm, spent = [], 0.0
+    for first in range(0, codes.shape[-1], frames):
+        t0 = time.perf_counter()
+        out = session.run(outputs, {"codes": codes[..., first:first + frames], "start": np.array([first]), **state})
+        spent += (time.perf_counter() - t0) * 1e3
+        pcm.append(out[0])
+        state = {s.input: v for s, v in zip(artifact.graphs["vocoder"].state, out[1:])}
+    return np.concatenate(pcm, axis=1), spent
+
+
+def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) -> None:
+    """The fp32 vocoder against the int8 one (engines/vocoder_int8.py) on one random utterance, in
+    turn, round after round: ms per frame, and the int8 PCM's signal-to-noise ratio against fp32's."""
+    from edged.artifact import load_artifact
+    from edged.backends.onnxruntime import OrtBackend
+
+    int8_path, notes = variant(case, vocoder="int8")
+    print("\n".join(notes), flush=True)
+    arts = {"fp32": load_artifact(case.artifact), "int8": load_artifact(int8_path)}
+    sessions = {form: OrtBackend(threads).load(a.file("vocoder")).session for form, a in arts.items()}  # type: ignore[attr-defined]
+    rng = np.random.default_rng(1)
+    a = arts["fp32"]
+    codes = rng.integers(0, a.dims.codebook_size, (1, a.dims.code_groups, utterance)).astype(np.int64)
+    spent: dict[str, list[float]] = {form: [] for form in arts}
+    pcm = {}
+    for _ in range(repeats + 1):  # the first round warms up
+        for form, session in sessions.items():
+            pcm[form], ms = stream(session, arts[form], codes, frames)
+            spent[form].append(ms / utterance)
+    noise = np.linalg.norm(pcm["fp32"] - pcm["int8"])
+    print(f"\nfp32 and int8 vocoder, one utterance of {utterance} frames in windows of {frames}, {threads} thread(s), "
+          f"median of {repeats} interleaved rounds\n")
+    print("| vocoder | ms per frame | SNR against fp32 |\n|---|---|---|")
+    for form, ms in spent.items():
+        snr = "-" if form == "fp32" else f"{20 * np.log10(np.linalg.norm(pcm['fp32']) / noise):.1f} dB"
+        print(f"| {form} | {float(np.median(ms[1:])):.2f} | {snr} |")
+    ops = profile(arts["int8"].file("vocoder"), threads, feeds(arts["int8"], 1, frames))
+    total = sum(ms for _, ms, _ in ops)
+    print(f"\nthe int8 vocoder, one batch-1 window of {frames} frames, profiled: {total:.1f} ms in kernels\n")
+    print("| operator | ms | nodes | share |\n|---|---|---|---|")
+    for op, ms, n in ops[:8]:
+        print(f"| {op} | {ms:.1f} | {n} | {100 * ms / total:.1f} % |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
@@ -77,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     from edged.backends.onnxruntime import OrtBackend
 
     print("\n".join(machine()), flush=True)
-    artifact = load_artifact(prepare_case("real", args.work, 16, 256, 0).artifact)
+    case = prepare_case("real", args.work, 16, 256, 0)
+    artifact = load_artifact(case.artifact)
     path = artifact.file("vocoder")
     session = OrtBackend(args.threads).load(path).session  # type: ignore[attr-defined]
     b, f = args.batch, args.frames
@@ -99,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| operator | ms | nodes | share |\n|---|---|---|---|")
     for op, ms, n in ops[:8]:
         print(f"| {op} | {ms:.1f} | {n} | {100 * ms / total:.1f} % |")
+    forms(case, args.threads, args.repeats, f)
     return 0
 
 

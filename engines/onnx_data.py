@@ -4,6 +4,7 @@ touch each weight only when they rewrite it, so a graph larger than memory can b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,16 @@ def set_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
     graph.initializer.extend(kept)
     graph.ClearField("node")
     graph.node.extend(nodes)
+
+
+def rewrite_file(path: Path, out: Path, rewrite: Callable[[onnx.ModelProto, Path], dict[str, int]]) -> dict[str, int]:
+    """Load the graph file at `path` without its external data, `rewrite(model, path's directory)` it
+    in place (reading each weight it touches from there), write it to `out` (which may be `path`);
+    returns what `rewrite` counted."""
+    model = onnx.load(str(path), load_external_data=False)
+    stats = rewrite(model, Path(path).parent)
+    save_streamed(model, Path(out), Path(path).parent)
+    return stats
 
 
 def save_streamed(model: onnx.ModelProto, path: Path, base: Path) -> None:

@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from engines.experts import gathered_stacks, quantize_stacks
-from engines.onnx_data import read_initializer, save_streamed, set_nodes
+from engines.onnx_data import read_initializer, rewrite_file, set_nodes
 from engines.vocoder_int8 import quantize_vocoder
 from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block, vocoder_form
 
@@ -133,10 +133,7 @@ def default_cpu_block(artifact) -> int:
 
 def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, int]:
     """Quantize one graph file, its weights read one at a time (`out` may be `path`)."""
-    model = onnx.load(str(path), load_external_data=False)
-    stats = quantize_model(model, weight_form, Path(path).parent)
-    save_streamed(model, Path(out), Path(path).parent)
-    return stats
+    return rewrite_file(path, out, lambda model, data_dir: quantize_model(model, weight_form, data_dir))
 
 
 def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "cpu",
@@ -166,7 +163,7 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
         if role in GRAPHS and weight_form is not None:
             stats[role] = quantize_file(artifact.file(role), out / graph.file, weight_form)
         elif role == "vocoder" and vocoder is not None:
-            stats[role] = quantize_vocoder_file(artifact.file(role), out / graph.file)
+            stats[role] = rewrite_file(artifact.file(role), out / graph.file, quantize_vocoder)
         elif (out / graph.file).resolve() != artifact.file(role).resolve():
             _copy_graph(artifact.file(role), out / graph.file)
     for name in artifact.files.values():
@@ -178,14 +175,6 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     if vocoder is not None:
         made = replace(made, vocoder_weights=vocoder)
     (out / "artifact.json").write_text(json.dumps(made.to_json(), indent=2) + "\n")
-    return stats
-
-
-def quantize_vocoder_file(path: Path, out: Path) -> dict[str, int]:
-    """The vocoder graph file with its convolutions int8 (engines/vocoder_int8.py; `out` may be `path`)."""
-    model = onnx.load(str(path), load_external_data=False)
-    stats = quantize_vocoder(model, Path(path).parent)
-    save_streamed(model, Path(out), Path(path).parent)
     return stats
 
 

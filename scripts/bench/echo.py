@@ -13,6 +13,8 @@ Per room and seed, three runs of every canceller on the same signals:
   SpeechGate at the daemon's defaults on the output, resampled to 16 kHz as the listener does),
   with the time of the first one (when the daemon would have cut itself off);
 - a path change 6 s in (`Room.responses(moved=True)`): ERLE over the 3 s after it, false starts;
+  the same change in the pause between the replies: ERLE over the next reply's first second, its
+  false starts; and the device carried into another room in that pause (`ANOTHER`): the same two;
 - double talk: a user (espeak-ng, another voice) 5 or 10 dB below the echo starts 3 s in: the VAD's
   start after the user's onset (ms), and the user's attenuation through the canceller (dB: the
   output with the user minus the output without, against the user at the microphone).
@@ -51,6 +53,9 @@ USER_VOICES = ["en-us+f2", "en-us+m1", "en-gb+f4", "en-us+m7"]
 CANCELLERS = {"edged": Edged, "speex": Speex, "aec3": Aec3, "single-tap": SingleTap}
 LEAD = RATE // 2
 """Silence before each reply."""
+ANOTHER = (0.25, 0.5)
+"""The RT60 of the room the device is carried into between replies: the longer one from a shorter
+room, the shorter one from the longest (the rooms' other shapes are seeded apart)."""
 
 
 def espeak(text: str, voice: str, speed: int = 150) -> np.ndarray:
@@ -82,16 +87,19 @@ class Scene:
         speaker = np.concatenate([np.zeros(bulk, np.float32), loudspeaker(self.ref)])[:2 * n]
         self.echo = convolve(speaker, unit(paths.speaker))  # the echo at the reference's level
         self.echo_moved = convolve(speaker, unit(moved.speaker))
+        other = Room(ANOTHER[rt60 < max(ANOTHER)], seed=seed + 10)
+        self.echo_other = convolve(speaker, unit(other.responses().speaker))
         user = espeak(USER_TEXT, USER_VOICES[seed % len(USER_VOICES)])
         at_mic = convolve(np.concatenate([user, np.zeros(RATE // 2, np.float32)]), paths.user)
         self.user = at_mic / active_rms(at_mic) * active_rms(self.echo[RATE:n])
         self.user_onset = int(np.flatnonzero(np.abs(self.user) > 0.01 * np.abs(self.user).max())[0])
         self.noise = np.random.default_rng(seed).standard_normal(2 * n) * 10 ** (noise_dbfs / 20)
 
-    def mic(self, *, move_at: int | None = None, user_db: float | None = None, user_at: int = 0) -> np.ndarray:
+    def mic(self, *, move_at: int | None = None, user_db: float | None = None, user_at: int = 0,
+            another_room: bool = False) -> np.ndarray:
         echo = self.echo
         if move_at is not None:
-            echo = np.concatenate([self.echo[:move_at], self.echo_moved[move_at:]])
+            echo = np.concatenate([self.echo[:move_at], (self.echo_other if another_room else self.echo_moved)[move_at:]])
         mic = echo + self.noise
         if user_db is not None:
             end = min(len(mic), user_at + len(self.user))
@@ -157,6 +165,10 @@ def measure(make, scene: Scene) -> dict[str, float]:
     out, _ = cancel(make, mic, scene.ref)
     row["erle_next_db"] = erle(mic, out, slice(n + LEAD, n + LEAD + RATE))
     row["false_starts_next"] = len([t for t in vad_starts(out) if t > n / RATE])
+    mic = scene.mic(move_at=move, another_room=True)  # carried into another room between the replies
+    out, _ = cancel(make, mic, scene.ref)
+    row["erle_room_db"] = erle(mic, out, slice(n + LEAD, n + LEAD + RATE))
+    row["false_starts_room"] = len([t for t in vad_starts(out) if t > n / RATE])
 
     for user_db in (5, 10):
         at = 3 * RATE + LEAD
@@ -183,8 +195,8 @@ def main() -> int:
     p.add_argument("--bulk", type=int, default=768, help="samples the reference leads its echo by")
     args = p.parse_args()
     keys = ["erle_db", "false_starts", "first_false_s", "erle_moved_db", "false_starts_moved", "erle_next_db",
-            "false_starts_next", "heard_ms_5", "user_loss_db_5", "after_user_db_5", "heard_ms_10", "user_loss_db_10",
-            "after_user_db_10", "heard_ms_start_cold", "heard_ms_start_warm", "cost_us"]
+            "false_starts_next", "erle_room_db", "false_starts_room", "heard_ms_5", "user_loss_db_5", "after_user_db_5",
+            "heard_ms_10", "user_loss_db_10", "after_user_db_10", "heard_ms_start_cold", "heard_ms_start_warm", "cost_us"]
     table: dict[str, list[dict[str, float]]] = {name: [] for name in args.only}
     for rt60 in args.rooms:
         for seed in range(args.seeds):

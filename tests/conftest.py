@@ -64,6 +64,26 @@ def artifacts(build_dir, checkpoints):
 
 
 @pytest.fixture(scope="session")
+def omni_artifacts(build_dir):
+    """omni_artifacts(variant, seed) -> (a tiny Qwen3-Omni checkpoint, its exported artifact), built and
+    exported once for the session (max_batch 4, max_seq 256); an Omni export is tens of seconds."""
+    from engines.export import export
+    from engines.tiny import build_tiny
+
+    cache: dict[tuple[int, int], tuple[Path, Path]] = {}
+
+    def get(variant: int, seed: int) -> tuple[Path, Path]:
+        if (variant, seed) not in cache:
+            ckpt = build_tiny(build_dir / f"omni-ckpt-v{variant}-s{seed}", seed, variant, family_name="qwen3_omni")
+            out = build_dir / f"omni-art-v{variant}-s{seed}"
+            export(ckpt, out, max_batch=4, max_seq=256)
+            cache[variant, seed] = ckpt, out
+        return cache[variant, seed]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def builtin_artifact() -> Path:
     """The built-in tiny artifact (or EDGED_TEST_ARTIFACT, for device validation)."""
     from edged.artifact import BUILTIN

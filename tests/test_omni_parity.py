@@ -7,6 +7,7 @@ within 1e-4 of the library's code2wav over the samples it returns (1920 x frames
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -44,6 +45,21 @@ def make(tmp_path_factory, variant: int, seed: int, edit=None):
     return model, load_artifact(art)
 
 
+@pytest.fixture(scope="module")
+def omni(omni_artifacts):
+    """omni(variant) -> (the library's model, edged's artifact of it), seed 20 + variant, exported once
+    for the session (an export is most of a test's time; the model is built again from its seed)."""
+    made: dict[int, tuple] = {}
+
+    def get(variant: int):
+        if variant not in made:
+            _, art = omni_artifacts(variant, 20 + variant)
+            made[variant] = build_model(20 + variant, variant), load_artifact(art)
+        return made[variant]
+
+    return get
+
+
 def ours(artifact, backend, cases, max_frames: int) -> list:
     requests = [SpeechRequest(f"r{i}", text, voice=speaker, sampling=Sampling.greedy(), max_frames=max_frames,
                               context=tuple(("user", u) for u in users)) for i, (text, users, speaker) in enumerate(cases)]
@@ -59,8 +75,8 @@ def check(model, artifact, got, case, max_new_tokens: int) -> None:
 
 
 @pytest.mark.parametrize("variant", range(len(VARIANTS)))
-def test_greedy_frames_and_pcm_equal_the_library(tmp_path_factory, backend, variant):
-    model, artifact = make(tmp_path_factory, variant, seed=20 + variant)
+def test_greedy_frames_and_pcm_equal_the_library(tmp_path_factory, backend, omni, variant):
+    model, artifact = omni(variant)
     results = ours(artifact, backend, CASES, FRAMES - 1)  # the library's last token gets no frame
     for got, case in zip(results, CASES):
         check(model, artifact, got, case, FRAMES)
@@ -74,31 +90,25 @@ def test_greedy_frames_and_pcm_equal_the_library(tmp_path_factory, backend, vari
         assert np.array_equal(json.loads((out / "a.json").read_text())["frames"], results[1].frames)
 
 
-def test_a_reply_that_ends_on_eos_ends_like_the_library(tmp_path_factory, backend):
+def test_a_reply_that_ends_on_eos_ends_like_the_library(tmp_path_factory, backend, omni):
     """eos is allowed from the first decision (unlike Qwen3-TTS): the eos row of the codec head is made
     the twin of a code the greedy run picks at step 6, so eos wins there (or earlier, on a near-tie)."""
-    plain, _ = make(tmp_path_factory, 0, seed=31)
-    codes, _ = reference.generate(plain, _tokenizer(tmp_path_factory), *CASES[0], max_new_tokens=FRAMES)
+    plain, artifact = omni(0)
+    codes, _ = reference.generate(plain, artifact.file("tokenizer"), *CASES[0], max_new_tokens=FRAMES)
     target = int(codes[6, 0])
 
     def end_early(model):
         with torch.no_grad():
             head = model.talker.codec_head.weight
             head[model.config.talker_config.codec_eos_token_id] = head[target] * 1.01
-    model, artifact = make(tmp_path_factory, 0, seed=31, edit=end_early)
+    model, artifact = make(tmp_path_factory, 0, seed=20, edit=end_early)
     got = ours(artifact, backend, CASES[:1], FRAMES - 1)[0]
     assert got.reason == "eos" and len(got.frames) <= 6
     check(model, artifact, got, CASES[0], FRAMES)
 
 
-def _tokenizer(tmp_path_factory):
-    ckpt = tmp_path_factory.mktemp("omni-tok")
-    build_model(0, 0, tokenizer_dir=ckpt)
-    return ckpt / "tokenizer.json"
-
-
-def test_segments_requests_are_checked(tmp_path_factory, backend):
-    model, artifact = make(tmp_path_factory, 2, seed=40)
+def test_segments_requests_are_checked(backend, omni):
+    model, artifact = omni(2)
     synth = Synthesizer(artifact, backend)
     for request, message in (
             (SpeechRequest("a", "hi", voice="nobody"), r"unknown voice 'nobody' \(known: aiden, chelsie, ethan\)"),
@@ -123,11 +133,11 @@ MEDIA_TURNS = ("<|audio_start|>" + "<|audio_pad|>" * 3 + "<|audio_end|>What did 
 """User turns as the thinker's processor expands them: one pad token per media row (3 + 2 + 1)."""
 
 
-def test_media_rows_and_frames_equal_the_library(tmp_path_factory, backend):
+def test_media_rows_and_frames_equal_the_library(backend, omni):
     """The talker rows of user turns with media placeholders equal `_get_talker_user_parts` for the
     same thinker hidden states (hidden_projection at the placeholders, text_projection elsewhere), and
     greedy frames follow the library's."""
-    model, artifact = make(tmp_path_factory, 1, seed=50)
+    model, artifact = omni(1)
     hidden = np.random.default_rng(1).standard_normal((6, artifact.dims.text_hidden)).astype(np.float16)
     request = SpeechRequest("m", "I heard a bird, and I see a cat.", voice="aiden", sampling=Sampling.greedy(),
                             max_frames=FRAMES - 1, context=tuple(("user", u) for u in MEDIA_TURNS), media=hidden)
@@ -144,8 +154,8 @@ def test_media_rows_and_frames_equal_the_library(tmp_path_factory, backend):
     assert not np.array_equal(got.frames, without.frames)  # the hidden states are read
 
 
-def test_media_requests_are_checked(tmp_path_factory, backend):
-    _, artifact = make(tmp_path_factory, 2, seed=41)
+def test_media_requests_are_checked(backend, omni):
+    _, artifact = omni(2)
     synth = Synthesizer(artifact, backend)
     width = artifact.dims.text_hidden
     turns = tuple(("user", u) for u in MEDIA_TURNS)
@@ -163,12 +173,13 @@ def test_media_requests_are_checked(tmp_path_factory, backend):
         Synthesizer(load_artifact(), backend).synthesize([SpeechRequest("b", "hi", media=np.zeros((1, 4)))])
 
 
-def test_a_bad_hidden_projection_fails_at_load(tmp_path_factory, backend):
+def test_a_bad_hidden_projection_fails_at_load(tmp_path, backend, omni):
     from safetensors.numpy import load_file, save_file
 
     from edged.artifact import ArtifactError
 
-    _, artifact = make(tmp_path_factory, 2, seed=42)
+    shutil.copytree(omni(2)[1].path, tmp_path / "art")  # broken below: the module's artifact stays whole
+    artifact = load_artifact(tmp_path / "art")
     path = artifact.file("embeddings")
     tables = load_file(str(path))
     for edit, message in (

@@ -19,9 +19,10 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   frequency-domain filter, overlap-save), adapted as a Kalman filter per bin and partition: each
   partition's step is its uncertainty P over the expected error power. P starts as a prior of how a
   room's echo decays (PRIOR_RT60_S) and shrinks as the filter learns, so the first echo is learned
-  fast and a converged filter moves little. The error power the filter cannot explain (the user,
-  noise) is estimated each block and slows the step: the user's speech cannot bias the filter, and
-  double talk needs no detector and no hold.
+  fast and a converged filter moves little; it never falls below UNCERTAINTY_FLOOR of the prior, so
+  no tap after the direct path is ever sure of itself (a tail learned silent is relearned). The
+  error power the filter cannot explain (the user, noise) is estimated each block and slows the
+  step: the user's speech cannot bias the filter, and double talk needs no detector and no hold.
 - **Path changes.** A person moving or the device being moved changes the echo. The residual then
   follows the echo estimate (a user's voice does not): when the residual coherent with the estimate
   is a good share of the residual (COHERENT_SHARE) and more than P expects (REOPEN), P is scaled up
@@ -59,6 +60,13 @@ PRIOR_GAIN = 10.0
 microphone next to the loudspeaker). Until the filter has learned the room, it expects this much."""
 PROCESS_NOISE = 1e-3
 """The Kalman filter's process noise per block, relative to each tap's power: how fast it forgets."""
+UNCERTAINTY_FLOOR = 1e-3
+"""No tap after the direct path is more certain than this share of the prior. Process noise scales
+with a tap's power, so a tap learned silent (the tail of a dry room) grew certain of it; carried into
+a more reverberant room, that tail's echo was then neither relearned nor expected by the suppressor,
+and replies cut themselves off in their first seconds (docs/audio.md, "Carried into another room").
+The taps before the direct path keep no floor: there it made the first block of a path change
+mid-reply pass for the user."""
 NEAR_END_SMOOTHING = 0.5
 """Smoothing of the unexplained error power per block (the user and the noise)."""
 COHERENCE = 0.85
@@ -295,6 +303,8 @@ class EchoCanceller:
         self.p *= 1 - 0.5 * step * x2
         self.p *= 1 - PROCESS_NOISE
         self.p += PROCESS_NOISE * (self.w.real ** 2 + self.w.imag ** 2)
+        tail = self.p[self.direct + 1:]
+        np.maximum(tail, UNCERTAINTY_FLOOR * self.prior[self.direct + 1:], out=tail)
 
     def _leakage(self, res2: np.ndarray, est2: np.ndarray) -> None:
         """The residual power that follows the echo estimate's power: what the linear filter cannot

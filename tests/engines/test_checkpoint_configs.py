@@ -17,7 +17,6 @@ from engines.config import ConfigError
 from engines.export import export
 from engines.qwen3_omni.config import Qwen3OmniConfig
 from engines.qwen3_tts.config import Qwen3TTSConfig
-from engines.tiny import build_tiny
 
 CONFIGS = Path(__file__).parent / "configs"
 OLD, NEW = "transformers-4.57.3", "transformers-5.23.0"
@@ -26,10 +25,9 @@ FILES = {"qwen3_tts": ("config.json", "speech_tokenizer/config.json"), "qwen3_om
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, checkpoints):
+def tiny(checkpoints, omni_artifacts):
     """family -> the tiny variant-0 checkpoint (written with the project's transformers, 4.57.3)."""
-    omni = build_tiny(tmp_path_factory.mktemp("omni") / "ckpt", 0, 0, family_name="qwen3_omni")
-    return {"qwen3_tts": checkpoints(0), "qwen3_omni": omni}
+    return {"qwen3_tts": checkpoints(0), "qwen3_omni": omni_artifacts(0, 20)[0]}
 
 
 def with_configs(checkpoint: Path, family: str, layout: str, dest: Path, edit=None) -> Path:
@@ -65,12 +63,8 @@ def test_the_new_layout_names_keys_differently_and_reads_to_the_same_config(tiny
 
 
 @pytest.mark.parametrize("family", READERS)
-def test_a_checkpoint_with_the_new_layout_exports_the_same_artifact(tiny, family, artifacts, tmp_path):
-    if family == "qwen3_tts":
-        old = artifacts(0)
-    else:
-        old = tmp_path / "old"
-        export(tiny[family], old, max_batch=4, max_seq=256)
+def test_a_checkpoint_with_the_new_layout_exports_the_same_artifact(tiny, family, artifacts, omni_artifacts, tmp_path):
+    old = artifacts(0) if family == "qwen3_tts" else omni_artifacts(0, 20)[1]
     new = tmp_path / "new"
     export(with_configs(tiny[family], family, NEW, tmp_path / "ckpt"), new, max_batch=4, max_seq=256)
     names = sorted(p.name for p in old.iterdir())

@@ -67,7 +67,7 @@ def test_a_sharded_bf16_checkpoint_speaks_as_the_same_values_in_one_fp32_file(fa
         source = checkpoints(0)
     else:
         source = tmp_path / "omni"
-        build_model(seed=4, variant=1, tokenizer_dir=source).save_pretrained(source)
+        build_model(seed=4, variant=2, tokenizer_dir=source).save_pretrained(source)
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     sharded.mkdir(), single.mkdir()
     distribute(source, sharded, single)

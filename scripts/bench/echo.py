@@ -14,7 +14,7 @@ Per room and seed, three runs of every canceller on the same signals:
   with the time of the first one (when the daemon would have cut itself off);
 - a path change 6 s in (`Room.responses(moved=True)`): ERLE over the 3 s after it, false starts;
   the same change in the pause between the replies: ERLE over the next reply's first second, its
-  false starts; and the device carried into another room in that pause (`ANOTHER`): the same two;
+  false starts; and the device carried into another room in that pause (`SHORTER`, `LONGER`): the same two;
 - double talk: a user (espeak-ng, another voice) 5 or 10 dB below the echo starts 3 s in: the VAD's
   start after the user's onset (ms), and the user's attenuation through the canceller (dB: the
   output with the user minus the output without, against the user at the microphone).
@@ -53,8 +53,8 @@ USER_VOICES = ["en-us+f2", "en-us+m1", "en-gb+f4", "en-us+m7"]
 CANCELLERS = {"edged": Edged, "speex": Speex, "aec3": Aec3, "single-tap": SingleTap}
 LEAD = RATE // 2
 """Silence before each reply."""
-ANOTHER = (0.25, 0.5)
-"""The RT60 of the room the device is carried into between replies: the longer one from a shorter
+SHORTER, LONGER = 0.25, 0.5
+"""The RT60s of the room the device is carried into between replies: the longer one from a shorter
 room, the shorter one from the longest (the rooms' other shapes are seeded apart)."""
 
 
@@ -87,7 +87,7 @@ class Scene:
         speaker = np.concatenate([np.zeros(bulk, np.float32), loudspeaker(self.ref)])[:2 * n]
         self.echo = convolve(speaker, unit(paths.speaker))  # the echo at the reference's level
         self.echo_moved = convolve(speaker, unit(moved.speaker))
-        other = Room(ANOTHER[rt60 < max(ANOTHER)], seed=seed + 10)
+        other = Room(LONGER if rt60 < LONGER else SHORTER, seed=seed + 10)
         self.echo_other = convolve(speaker, unit(other.responses().speaker))
         user = espeak(USER_TEXT, USER_VOICES[seed % len(USER_VOICES)])
         at_mic = convolve(np.concatenate([user, np.zeros(RATE // 2, np.float32)]), paths.user)

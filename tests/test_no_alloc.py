@@ -158,17 +158,13 @@ def test_a_streaming_member_that_waits_and_resumes_does_not_allocate(builtin_art
     assert grown <= GROWTH_BOUND and peak <= PEAK_BOUND, (grown, peak)
 
 
-def test_an_omni_cohort_does_not_allocate(tmp_path, backend):
+def test_an_omni_cohort_does_not_allocate(omni_artifacts, backend):
     """The same bounds for a Qwen3-Omni cohort: the MoE talker, the segments layout with user turns,
     the code2wav's streams that start with samples the host drops."""
     import pytest
 
     pytest.importorskip("transformers")
-    from engines.qwen3_omni.artifact import export
-    from engines.qwen3_omni.tiny import build_tiny
-
-    export(build_tiny(tmp_path / "ckpt", seed=6, variant=0), tmp_path / "art", max_batch=4, max_seq=512)
-    core = Core(load_artifact(tmp_path / "art"), backend)
+    core = Core(load_artifact(omni_artifacts(0, 20)[1]), backend)  # the session's tiny Omni artifact
     core.preallocate()
     turns = (("system", "Be brief."), ("user", "Is it December?"))
     requests = [

@@ -20,8 +20,6 @@ from edged.artifact import load_artifact
 from edged.client import Client, RequestRejected
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
-from engines.qwen3_omni.artifact import export
-from engines.qwen3_omni.tiny import build_tiny
 
 FRAMES = 20
 CONTEXT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is it December?"}]
@@ -29,12 +27,10 @@ MEDIA_CONTEXT = [{"role": "user", "content": "<|audio_start|><|audio_pad|><|audi
                                             "Is it December?"}]
 
 
-def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, tmp_path, backend):
-    art = tmp_path / "art"
-    export(build_tiny(tmp_path / "ckpt", seed=5, variant=1), art, max_batch=4, max_seq=128)
+def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, omni_artifacts, backend):
+    _, art = omni_artifacts(1, 21)  # the session's, as tests/test_omni_parity.py checks it against transformers
     request = SpeechRequest("r", "Yes, it is the end of the year.", voice="chelsie", max_frames=FRAMES,
                             sampling=Sampling.greedy(), context=tuple((t["role"], t["content"]) for t in CONTEXT))
-    daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n{RATE_CONFIG}')
     artifact = load_artifact(art)
     hidden = np.random.default_rng(2).standard_normal((3, artifact.dims.text_hidden)).astype(np.float16)
     with_media = replace(request, id="m", context=tuple((t["role"], t["content"]) for t in MEDIA_CONTEXT),

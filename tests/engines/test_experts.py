@@ -16,20 +16,16 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, numpy_helper
 
 from engines.experts import gathered_stacks, quantize_stacks
-from engines.export import export
 from engines.fp16 import convert_artifact
 from engines.quantize import dequantize, quantize_artifact, quantize_block
-from engines.qwen3_omni.tiny import build_tiny
 
 BLOCK = 16  # the tiny experts are 16 wide
 
 
 @pytest.fixture(scope="module")
-def omni(tmp_path_factory):
-    """A tiny Qwen3-Omni artifact (variant 1: 3 layers of 8 experts, top 3)."""
-    root = tmp_path_factory.mktemp("omni-experts")
-    export(build_tiny(root / "ckpt", seed=6, variant=1), root / "art", max_batch=2, max_seq=64)
-    return root / "art"
+def omni(omni_artifacts):
+    """A tiny Qwen3-Omni artifact (variant 1: 3 layers of 8 experts, top 3), the session's: read only."""
+    return omni_artifacts(1, 21)[1]
 
 
 def talker_feeds(model: onnx.ModelProto, batch: int, rows: int, seed: int) -> dict[str, np.ndarray]:

@@ -83,6 +83,38 @@ def omni_artifacts(build_dir):
     return get
 
 
+EOS_TEXT = "Hello world, this is edged speaking."
+
+
+@pytest.fixture(scope="session")
+def eos_artifact(build_dir, checkpoints) -> tuple[Path, Path]:
+    """(checkpoint, artifact): the tiny checkpoint of variant 0 (the built-in model's) whose eos logit
+    row is 1.5x the row of the code greedy decoding picks at frame 12 of EOS_TEXT, so that greedy
+    decoding stops where it would have chosen that code, at text-dependent points; exported once
+    (max_batch 2, max_seq 128)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from edged.artifact import load_artifact
+    from edged.backends import make_backend
+    from edged.request import Sampling, SpeechRequest
+    from edged.synth import Synthesizer
+    from engines.export import export
+
+    synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))
+    (plain,) = synth.synthesize([SpeechRequest(id="p", text=EOS_TEXT, voice="vivian", language="english",
+                                               sampling=Sampling.greedy(), max_frames=16)])
+    ckpt, art = build_dir / "ckpt-eos", build_dir / "art-eos"
+    shutil.copytree(checkpoints(0), ckpt)
+    weights = load_file(ckpt / "model.safetensors")
+    head = weights["talker.codec_head.weight"]
+    head[2150] = head[int(plain.frames[12, 0])] * 1.5
+    save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+    export(ckpt, art, max_batch=2, max_seq=128)
+    return ckpt, art
+
+
 @pytest.fixture(scope="session")
 def builtin_artifact() -> Path:
     """The built-in tiny artifact (or EDGED_TEST_ARTIFACT, for device validation)."""

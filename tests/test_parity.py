@@ -8,16 +8,12 @@ test, from the public package.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
-from engines.export import export
 from engines.qwen3_tts.reference import reference_synthesize
 
 PARITY_VARIANTS = (0, 1, 2)  # three different shapes (engines/qwen3_tts/tiny.py VARIANTS)
@@ -57,28 +53,13 @@ def test_greedy_frames_and_pcm_equal_reference(variant, artifacts, tiny_referenc
         assert np.abs(got.pcm - ref_pcm).max() <= PCM_TOLERANCE, case
 
 
-def _with_eos(checkpoint: Path, out: Path, token: int) -> Path:
-    """A copy of `checkpoint` whose eos logit row is 1.5x the row of `token`: greedy decoding now
-    stops where it would have chosen `token`, at text-dependent points."""
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(checkpoint, out)
-    weights = load_file(out / "model.safetensors")
-    head = weights["talker.codec_head.weight"]
-    head[2150] = head[token] * 1.5
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    return out
-
-
-def test_eos_stops_like_the_reference(checkpoints, tiny_reference, backend, tmp_path):
-    """The eos frame is not emitted, eos is masked for the first two decisions, reason is eos."""
+def test_eos_stops_like_the_reference(eos_artifact, backend):
+    """The eos frame is not emitted, eos is masked for the first two decisions, reason is eos (on the
+    checkpoint whose eos row follows a code's: conftest's `eos_artifact`)."""
     from engines.qwen3_tts.reference import load_reference
 
-    text = "Hello world, this is edged speaking."
-    codes, _ = reference_synthesize(tiny_reference(0), text, speaker="vivian", language="english", max_frames=40)
-    checkpoint = _with_eos(checkpoints(0), tmp_path / "ckpt", int(codes[12, 0]))
-    export(checkpoint, tmp_path / "art", max_batch=2, max_seq=128)
-    synth = Synthesizer(load_artifact(tmp_path / "art"), backend)
+    checkpoint, artifact = eos_artifact
+    synth = Synthesizer(load_artifact(artifact), backend)
     reference = load_reference(checkpoint)
     stops = []
     for text in ("Hello world, this is edged speaking.", "Another sentence, quite different.", "短句"):

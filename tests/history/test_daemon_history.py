@@ -3,7 +3,6 @@ streamed audio itself, the rate policy's heard prefix, and durability through ki
 
 from __future__ import annotations
 
-import shutil
 import signal
 
 import pytest
@@ -97,32 +96,10 @@ def test_a_stricter_final_ack_shortens_the_prefix(daemon):
     assert len(short) < len(long)
 
 
-@pytest.fixture(scope="module")
-def finishing_artifact(checkpoints, tmp_path_factory):
-    """The built-in model's checkpoint with its eos logit row made 1.5x the row of the code that
-    greedy decoding picks at frame 4 of "Yes.": the reply then finishes (eos) within a few frames."""
-    from safetensors.torch import load_file, save_file
-
-    from edged.artifact import load_artifact
-    from edged.backends import make_backend
-    from edged.request import Sampling, SpeechRequest
-    from edged.synth import Synthesizer
-    from engines.export import export
-
-    synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))
-    (plain,) = synth.synthesize([SpeechRequest(id="p", text="Yes.", sampling=Sampling.greedy(), max_frames=8)])
-    token = int(plain.frames[4, 0])
-    out = tmp_path_factory.mktemp("finishing")
-    shutil.copytree(checkpoints(0), out / "ckpt")
-    weights = load_file(out / "ckpt" / "model.safetensors")
-    weights["talker.codec_head.weight"][2150] = weights["talker.codec_head.weight"][token] * 1.5
-    save_file(weights, str(out / "ckpt" / "model.safetensors"), metadata={"format": "pt"})
-    export(out / "ckpt", out / "art", max_batch=2, max_seq=128)
-    return out / "art"
-
-
-def test_a_fully_played_finished_reply_keeps_its_whole_text(tmp_path, finishing_artifact):
-    daemon = Daemon(tmp_path, config=CONFIG.replace("[history]", f'[daemon]\nartifact = "{finishing_artifact}"\n[history]'))
+def test_a_fully_played_finished_reply_keeps_its_whole_text(tmp_path, eos_artifact):
+    """A reply that finishes (eos, on conftest's `eos_artifact`) and is heard to its end keeps its text."""
+    art = eos_artifact[1]
+    daemon = Daemon(tmp_path, config=CONFIG.replace("[history]", f'[daemon]\nartifact = "{art}"\n[history]'))
     try:
         with Client(daemon.endpoint) as client:
             utt = client.speak("Yes.", session="full", play=False, stream=True, max_audio_ms=4000)

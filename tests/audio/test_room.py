@@ -88,9 +88,10 @@ def refusals_seen(client, sub, before: int) -> bool:
     (the events come on another socket: waited for up to 2 s)."""
     deadline = time.monotonic() + 2
     while True:
+        published = sum(e["while_playing"] for e in starts(sub))
         counted = client.status()["audio"]["input"]["echo_refusals"] - before
-        if counted == sum(e["while_playing"] for e in starts(sub)) or time.monotonic() > deadline:
-            return counted == sum(e["while_playing"] for e in starts(sub))
+        if counted == published or time.monotonic() > deadline:
+            return counted == published
         time.sleep(0.05)
 
 

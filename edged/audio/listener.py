@@ -44,6 +44,12 @@ its filter's delay, and every VAD decision waits for it: at 24 kHz in, HQ holds 
 The VAD decides as early on LQ as on HQ within a frame (scripts/bench/vad.py --quality)."""
 
 
+def near_blocks(min_speech_ms: int, rate: int, block: int) -> int:
+    """The canceller's blocks whose near-end verdicts a VAD start is judged by: those of the last
+    min_speech_ms (at least one)."""
+    return max(1, -(-min_speech_ms * rate // (1000 * block)))
+
+
 class Microphone:
     """A sounddevice InputStream (float32 mono) whose callback only records into `tap`."""
 
@@ -160,7 +166,7 @@ class Listener:
             # the echo lags the reference by the output's and the input's latency, plus the room
             latency = round((playback.dac_latency_s + mic.latency_s) * mic.rate)
             self.echo = EchoCanceller(mic.rate, self.block, latency=latency)
-        self.near = np.ones(max(1, -(-self.vad_cfg.min_speech_ms * mic.rate // (1000 * self.block))), dtype=bool)
+        self.near = np.ones(near_blocks(self.vad_cfg.min_speech_ms, mic.rate, self.block), dtype=bool)
         self._near_at = 0
         self.ref_offset = None
         self._stall.restart()

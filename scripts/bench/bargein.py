@@ -50,9 +50,6 @@ VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]
 PHRASES = ["Stop! Please stop talking now.", "Wait a moment.", "No, that is not what I asked.",
            "Hey, hold on.", "Excuse me, can you repeat that?", "Okay, thanks, that is enough."]
 REPLY = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
-SPEECH = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
-          "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
-          "returns, and the weekend looks warm and dry.")
 
 
 def summary(title: str, rows: list[dict[str, float]], keys: list[str]) -> None:
@@ -66,16 +63,15 @@ def summary(title: str, rows: list[dict[str, float]], keys: list[str]) -> None:
 
 def rooms(args, name: str, tmp: Path) -> None:
     from support.patchbay import audio_rig, espeak, quiet, wait_recorded
-    from support.room import Room, active_rms
+    from support.room import FORECAST, Room, active_rms, at_voice_level
     from support.room_rig import RoomRig
 
     for voice in args.voices:
         path = None
         (tmp / voice).mkdir()
         if voice == "speech":
-            speech = espeak(SPEECH, tmp)
             path = tmp / "voice.npy"
-            np.save(path, (speech / active_rms(speech) * 10 ** (-24 / 20)).astype(np.float32))
+            np.save(path, at_voice_level(espeak(FORECAST, tmp)))
         with audio_rig(name, tmp / voice, "lost_after_ms = 5000\n", voice=path) as (daemon, bay, sub, client, _):
             audio = client.status()["audio"]
             latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)

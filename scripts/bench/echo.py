@@ -39,7 +39,7 @@ from common import ROOT
 sys.path[:0] = [str(ROOT / "tests")]
 
 from echo_peers import Aec3, Edged, SingleTap, Speex
-from support.room import Room, active_rms, convolve, loudspeaker, unit
+from support.room import Room, active_rms, at_voice_level, convolve, loudspeaker, unit
 
 from edged.audio.vad import SpeechGate, Vad
 
@@ -77,7 +77,7 @@ class Scene:
 
     def __init__(self, rt60: float, seed: int, bulk: int, noise_dbfs: float = -62.0) -> None:
         far = espeak(FAR_TEXT, FAR_VOICES[seed % len(FAR_VOICES)])
-        far = far / active_rms(far) * 10 ** (-24 / 20)  # the daemon's voice at -24 dBFS active level
+        far = at_voice_level(far)  # the daemon's voice at its active level
         n = self.n = (len(far) + 2 * RATE) // BLOCK * BLOCK
         one = np.zeros(n, np.float32)
         one[LEAD:LEAD + len(far)] = far[:n - LEAD]

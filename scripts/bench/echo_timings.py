@@ -4,7 +4,7 @@ and would the listener's near-end gate take that start for the user (the reply c
     .venv/bin/python scripts/bench/echo_timings.py [--steps boot moved drier back] [--delays 640:1280:16]
         [--offsets 0:224:32] [--latency 768]
 
-The reply is test_room's: espeak-ng speech at -24 dBFS active level, 10 s, played after 1 s of
+The reply is test_room's: espeak-ng speech of `support.room.FORECAST` at its VOICE_DBFS, 10 s, played after 1 s of
 silence into the room rig's rooms (`tests/support/room.py`: Room(0.5, seed=1); `moved`: someone moved
 in it; `drier`: carried into Room(0.25, seed=2); `back`: into the first again), one reply per step,
 through one `EchoCanceller` that carries over from step to step as the daemon's does. The canceller is
@@ -37,18 +37,14 @@ sys.path[:0] = [str(ROOT / "tests")]
 
 import soxr
 from support.patchbay import espeak
-from support.room import Room, RoomMic, active_rms
+from support.room import FORECAST, Room, RoomMic, at_voice_level
 
 from edged.audio.echo import NEAR_DB, EchoCanceller
-from edged.audio.listener import NEAR_END_SHARE, RESAMPLE_QUALITY
+from edged.audio.listener import NEAR_END_SHARE, RESAMPLE_QUALITY, near_blocks
 from edged.audio.vad import SpeechGate, Vad
 from edged.config import VadConfig
 
 RATE, BLOCK = 24000, 256
-VOICE = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
-         "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
-         "returns, and the weekend looks warm and dry.")
-"""tests/audio/test_room.py's VOICE."""
 STEPS = ("boot", "moved", "drier", "back")
 GAP_S, REPLY_S = 1.0, 10.0
 
@@ -60,7 +56,7 @@ def walk(reply: np.ndarray, steps: list[str], delay: int, offset: int, latency: 
     gate = SpeechGate(cfg.threshold, min_speech_ms=cfg.min_speech_ms, min_silence_ms=cfg.min_silence_ms)
     echo = EchoCanceller(RATE, BLOCK, latency=latency)
     resampler = soxr.ResampleStream(RATE, vad.sample_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
-    window = max(1, -(-cfg.min_speech_ms * RATE // (1000 * BLOCK)))
+    window = near_blocks(cfg.min_speech_ms, RATE, BLOCK)
     rank = window - int(np.ceil(NEAR_END_SHARE * window))  # sorted ascending: the share's worst block
     line = np.zeros(delay + BLOCK, np.float32)
     out = np.zeros(BLOCK, np.float32)
@@ -105,8 +101,7 @@ def main() -> int:
     p.add_argument("--latency", type=int, default=768, help="the latency the canceller is told (samples)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        speech = espeak(VOICE, Path(tmp))
-    speech = (speech / active_rms(speech) * 10 ** (-24 / 20)).astype(np.float32)
+        speech = at_voice_level(espeak(FORECAST, Path(tmp)))
     reply = np.zeros(int(REPLY_S * RATE), np.float32)
     reply[:min(len(speech), len(reply))] = speech[:len(reply)]
     timings = starts = cut = 0

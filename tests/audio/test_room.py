@@ -29,7 +29,7 @@ import time
 import numpy as np
 import pytest
 from support.patchbay import audio_rig, espeak, quiet, wait_recorded
-from support.room import Room, active_rms
+from support.room import FORECAST, Room, active_rms, at_voice_level
 from support.room_rig import RoomRig
 from support.takes import Takes, settle
 
@@ -43,9 +43,6 @@ SILENT_WITHIN_MS = 500
 NEXT_REPLY_ERLE_DB = 20.0
 """The echo of a reply after a barge-in, at its start, against the residual the VAD hears."""
 TEXT = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
-VOICE = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
-         "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
-         "returns, and the weekend looks warm and dry.")
 USER = "Wait, stop, I have a question about Thursday."
 
 
@@ -64,9 +61,8 @@ def room(request, jack_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"room-{request.param}")
     voice = None
     if request.param == "speech":
-        speech = espeak(VOICE, tmp)
         voice = tmp / "voice.npy"
-        np.save(voice, (speech / active_rms(speech) * 10 ** (-24 / 20)).astype(np.float32))  # -24 dBFS active level
+        np.save(voice, at_voice_level(espeak(FORECAST, tmp)))
     with audio_rig(jack_server.name, tmp, "lost_after_ms = 5000\n", voice=voice) as (daemon, bay, sub, client, _):
         audio = client.status()["audio"]
         latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)

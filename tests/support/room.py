@@ -133,6 +133,20 @@ def active_rms(x: np.ndarray) -> float:
     return float(np.sqrt(power[power > power.max() * 1e-3].mean()))
 
 
+FORECAST = ("Here is the forecast for the rest of the week. Tomorrow starts cloudy with a chance of light rain in "
+            "the morning, clearing by the afternoon with highs around eighteen degrees. On Thursday the sun "
+            "returns, and the weekend looks warm and dry.")
+"""What the daemon says in the room rig (tests/audio/test_room.py, scripts/bench/bargein.py and
+echo_timings.py): espeak-ng speech of it, at VOICE_DBFS."""
+VOICE_DBFS = -24.0
+"""The daemon's voice at the loudspeaker's input: its active level (`active_rms`), dBFS."""
+
+
+def at_voice_level(speech: np.ndarray) -> np.ndarray:
+    """`speech` scaled to VOICE_DBFS active level, float32."""
+    return (speech / active_rms(speech) * 10 ** (VOICE_DBFS / 20)).astype(np.float32)
+
+
 class RoomMic:
     """The microphone's signal, a block at a time, from what the loudspeaker is given.
 

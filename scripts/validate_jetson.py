@@ -6,6 +6,8 @@
 
 In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 1. environment: TensorRT, CUDA device, jetson_clocks (`--clocks` runs `sudo jetson_clocks` first);
+   then the backend's CUDA side alone (`scripts/validate_cuda.py`'s rows: kernels built and run,
+   the K/V append, copies, CUDA graphs, a failed capture);
 2. plans: `edged-engines plans` for a copy of the artifact (fp32, TF32 off);
 3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
    path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
@@ -47,6 +49,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import validate_cuda
+from summary import Summary
+
 from edged.artifact import BUILTIN, load_artifact
 from edged.backends import make_backend
 from edged.core import Core
@@ -57,23 +62,6 @@ TEXTS = ["Validating the TensorRT backend on this device.", "The quick brown fox
          "你好，这是一个测试。", "A fourth sentence, so that the cohort is full."]
 BACKEND_TESTS = ["tests/backends/test_conformance.py", "tests/backends/test_alignment.py", "tests/test_batch.py",
                  "tests/test_no_alloc.py", "tests/test_vocoder_stream.py"]
-
-
-class Summary:
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str]] = []
-
-    def add(self, check: str, ok: bool | None, detail: str) -> None:
-        verdict = "SKIP" if ok is None else "PASS" if ok else "FAIL"
-        self.rows.append((check, verdict, detail))
-        print(f"[{verdict}] {check}: {detail}", flush=True)
-
-    def print(self) -> int:
-        width = max(len(c) for c, _, _ in self.rows)
-        print("\n| check | result | measured |\n|---|---|---|")
-        for check, verdict, detail in self.rows:
-            print(f"| {check:<{width}} | {verdict} | {detail} |")
-        return 1 if any(v == "FAIL" for _, v, _ in self.rows) else 0
 
 
 def environment(backend: str, clocks: bool, summary: Summary) -> None:
@@ -362,6 +350,8 @@ def main() -> int:
     artifact = work / "fp32"
     shutil.copytree(args.artifact, artifact)
     environment(args.backend, args.clocks, summary)
+    if args.backend == "tensorrt":
+        validate_cuda.checks(summary)  # the backend's CUDA side alone first: kernels, copies, graphs
     if plans(artifact, args.backend, summary, "plans (fp32)"):
         backend_tests(artifact, args.backend, summary)
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")

@@ -1,12 +1,7 @@
 """TensorRT 10 backend (Jetson): name-based tensor addresses, device-resident state, CUDA graphs.
 
-Memory. On Jetson the CPU and GPU share DRAM, but pinned host memory is uncached for the GPU: right
-for the small I/O the host reads or writes every step (codes, sampling inputs, noise, PCM), which
-lives in mapped pinned buffers (`empty`: `cuda.pagelocked_zeros(..., DEVICEMAP)`, read in place, no
-copies), and wrong for what only the engines read, the KV cache, the vocoder state and the code
-predictor's heads, which live in device memory (`device_empty`, `device_from`: `cuda.mem_alloc`).
-The host never touches device memory: K/V rows are appended by a kernel (`kernels.py`), state is
-copied and zeroed by `copy` / `zero`, on the backend's one stream, ordered with the engines' work.
+Memory, copies and the K/V append are `cuda_device.py`'s (`CudaDevice`, which this backend is): I/O
+the host touches every step in mapped pinned buffers, what only the engines read in device memory.
 
 Activations. Every execution context runs on that one stream, so no two run at once: they share one
 block of device memory (`ExecutionContextAllocationStrategy.USER_MANAGED` and `set_device_memory`),
@@ -32,17 +27,16 @@ K/V append inside it (after one ordinary enqueue, as TensorRT requires), and rep
 is ended and cleaned up, logged, and that plan is enqueued instead. `run()` syncs the stream once;
 `launches` counts what the host put on it.
 
-The backend pushes the device's primary CUDA context when it is made and pops (and detaches) it in
-`close()`, after freeing graphs, contexts, engines and buffers: a context left on the stack makes
-pycuda abort the process at exit. Plans and kernels are built on the device by `edged-engines
-plans`, stamped (`plan_file.py`, `kernels.py`); a stale one is refused at load. Validated on a
-device by `scripts/validate_jetson.sh`; in CI, by test doubles of `tensorrt`, `pycuda` and the CUDA
+The CUDA context is pushed when the backend is made and popped in `close()` (`CudaDevice`). Plans
+and kernels are built on the device by `edged-engines plans`, stamped (`plan_file.py`,
+`kernels.py`); a stale one is refused at load. Validated on a device by `scripts/validate_jetson.sh`
+(its CUDA side alone on any NVIDIA GPU by `scripts/validate_cuda.py`); in CI, by test doubles of
+`tensorrt`, `pycuda` and the CUDA
 driver that enforce the contracts above (tests/support/fake_trt.py, fake_cuda.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -51,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from edged.backends import kernels
-from edged.backends.base import Append, Backend, Engine, EngineError, Plan, TensorSpec, block, copy_rows
+from edged.backends.base import Append, Backend, Engine, EngineError, Plan, TensorSpec
+from edged.backends.cuda_device import AppendLaunch, CudaDevice, device_address
 from edged.backends.cuda_graph import CudaError, Graph
 from edged.backends.plan_file import REBUILD, open_plan
 
@@ -84,31 +79,6 @@ class Profile:
     def admits(self, engine, name: str, shape: tuple[int, ...]) -> bool:
         lo, _, hi = engine.get_tensor_profile_shape(name, self.index)
         return len(lo) == len(shape) and all(a <= d <= b for a, d, b in zip(lo, shape, hi))
-
-
-class AppendLaunch:
-    """One `append_rows` launch: the table of every (cache, rows) pair in device memory, made at boot."""
-
-    def __init__(self, backend: TrtBackend, append: Append):
-        table = np.zeros(len(append.rows), kernels.ROWS)
-        for i, r in enumerate(append.rows):
-            width, runs, cache_pitch, rows_pitch = copy_rows(block(r.cache[0], r.axis - 1, r.rows.shape[r.axis]),
-                                                             r.rows[0])
-            table[i] = (device_address(r.cache), device_address(r.rows), r.cache.strides[0], r.rows.strides[0],
-                        cache_pitch, rows_pitch, r.cache.strides[r.axis], runs, width)
-        self.table = backend.device_table(table.view(np.uint8))
-        n = append.rows[0].rows.shape[0]
-        self.grid = (kernels.grid(int((table["runs"] * table["width"]).max())), len(table), n)
-        self.args = (device_address(self.table), device_address(append.positions),
-                     0 if append.slots is None else device_address(append.slots),
-                     0 if append.active is None else device_address(append.active))
-        self.backend = backend
-
-    def launch(self) -> None:
-        b = self.backend
-        assert b.kernels is not None  # loaded with the first engine
-        b.kernels.append_rows.prepared_async_call(self.grid, (kernels.THREADS, 1, 1), b.stream, *self.args)
-        b.launches += 1
 
 
 class TrtPlan(Plan):
@@ -218,33 +188,23 @@ class TrtEngine(Engine):
         self.engine = None
 
 
-class TrtBackend(Backend):
+class TrtBackend(CudaDevice, Backend):
     name = "tensorrt"
 
     def __init__(self, device: int = 0, cuda_graphs: bool = True):
-        cuda.init()
-        self.device = cuda.Device(device)
-        self.cuda_context = self.device.retain_primary_context()
-        self.cuda_context.push()
+        super().__init__(device)
         self.cuda_graphs = cuda_graphs
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
-        self.stream = cuda.Stream()
         self.engines: list[TrtEngine] = []
-        self.buffers: list[np.ndarray] = []
-        self.device_memory: list[Any] = []
         self.activations: Any = None
         self.activation_size = 0
-        self.tables: dict[bytes, np.ndarray] = {}  # append tables by content: a plan bound again reuses its own
-        self.kernels: Kernels | None = None
-        self.launches = 0
         self.closed = False
 
     def load(self, path: Path) -> Engine:
         onnx_path = Path(path)
         plan_path = onnx_path.with_suffix(".plan")
-        if self.kernels is None:  # the kernels are built with the plans
-            self.kernels = Kernels(onnx_path.parent / kernels.FILE, self.device)
+        self.load_kernels(onnx_path.parent / kernels.FILE)  # the kernels are built with the plans
         with open_plan(plan_path, onnx_path, trt.__version__) as (_, serialized):
             engine = self.runtime.deserialize_cuda_engine(serialized)  # from the mapping: no host copy
         if engine is None:
@@ -277,60 +237,9 @@ class TrtBackend(Backend):
         """CUDA graphs captured (and held) by the plans bound so far."""
         return sum(e.graphs() for e in self.engines)
 
-    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        buf = cuda.pagelocked_zeros(shape, dtype, mem_flags=cuda.host_alloc_flags.DEVICEMAP)  # page-aligned
-        self.buffers.append(buf)
-        return buf
-
-    def device_empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """Device memory, zeroed; the array describes it (shape, strides, address) and is never read
-        or written by the host: only engines, kernels, `copy` and `zero` touch it."""
-        dtype = np.dtype(dtype)
-        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
-        allocation = cuda.mem_alloc(nbytes)  # 256-byte aligned, as cuMemAlloc returns
-        self.device_memory.append(allocation)
-        cuda.memset_d8(int(allocation), 0, nbytes)
-        raw = (ctypes.c_byte * nbytes).from_address(int(allocation))
-        array = np.frombuffer(raw, dtype=np.uint8)[: nbytes - nbytes % dtype.itemsize].view(dtype).reshape(shape)
-        return array.view(DeviceArray)
-
-    def device_from(self, array: np.ndarray) -> np.ndarray:
-        buf = self.device_empty(array.shape, array.dtype)
-        cuda.memcpy_htod(device_address(buf), np.ascontiguousarray(array))  # synchronous: boot only
-        return buf
-
-    def device_table(self, table: np.ndarray) -> np.ndarray:
-        """`table` in device memory, once per distinct content: a prefill plan dropped and bound
-        again for the same length finds its table, so admissions never grow the device memory."""
-        key = table.tobytes()
-        if key not in self.tables:
-            self.tables[key] = self.device_from(table)
-        return self.tables[key]
-
-    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """dst[...] = src on the stream: one contiguous copy, or the 2-D copy kernel (any pitches)."""
-        width, height, dst_pitch, src_pitch = copy_rows(dst, src)
-        if height == 1 or (width == dst_pitch == src_pitch):
-            cuda.memcpy_dtod_async(device_address(dst), device_address(src), width * height, self.stream)
-        else:
-            if self.kernels is None:
-                raise EngineError("a 2-D copy needs the kernels, which come with the plans: load an engine first")
-            self.kernels.copy_rows.prepared_async_call(
-                (kernels.grid(width * height), 1), (kernels.THREADS, 1, 1), self.stream, device_address(dst),
-                device_address(src), dst_pitch, src_pitch, width, height)
-        self.launches += 1
-
-    def zero(self, dst: np.ndarray) -> None:
-        if not dst.flags.c_contiguous:
-            raise EngineError("zero() takes a contiguous buffer")
-        cuda.memset_d8_async(device_address(dst), 0, dst.nbytes, self.stream)
-        self.launches += 1
-
-    def sync(self) -> None:
-        self.stream.synchronize()
-
     def close(self) -> None:
-        """Graphs, contexts and engines, then buffers and the stream, then pop and detach the CUDA context."""
+        """Graphs, contexts and engines, then the activations, then the buffers, the stream and the
+        CUDA context (`CudaDevice.release_cuda`)."""
         if self.closed:
             return
         self.closed = True
@@ -339,55 +248,7 @@ class TrtBackend(Backend):
             engine.release()
         self.engines.clear()
         self.runtime = None
-        self.kernels = None
-        for buf in self.buffers:
-            _allocation(buf)[0].free()
-        self.buffers.clear()
-        for allocation in self.device_memory:
-            allocation.free()
-        self.device_memory.clear()
         if self.activations is not None:
             self.activations.free()
             self.activations = None
-        self.stream = None
-        cuda.Context.pop()
-        self.cuda_context.detach()
-
-
-class DeviceArray(np.ndarray):
-    """An array describing device memory: its repr (a log line, a traceback) never reads it."""
-
-    def __repr__(self) -> str:
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, address={self.ctypes.data:#x})"
-
-    __str__ = __repr__
-
-
-class Kernels:
-    """The kernels of `kernels.py`, loaded from the cubin `edged-engines plans` built for this GPU."""
-
-    def __init__(self, path: Path, device):
-        major, minor = device.compute_capability()
-        module = cuda.module_from_buffer(kernels.read(path, f"sm_{major}{minor}"))
-        self.module = module
-        self.append_rows = module.get_function("append_rows").prepare("PPPP")
-        self.copy_rows = module.get_function("copy_rows").prepare("PPqqqq")
-
-
-def _allocation(buf: np.ndarray) -> tuple[Any, np.ndarray]:
-    """What a (view of a) buffer was made on, and the array made on it."""
-    root = buf
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return root.base, root
-
-
-def device_address(buf: np.ndarray) -> int:
-    """Device address of a (view of a) buffer: a mapped pinned buffer's allocation's device pointer +
-    the byte offset, or a device array's own address."""
-    allocation, root = _allocation(buf)
-    if hasattr(allocation, "get_device_pointer"):
-        return int(allocation.get_device_pointer()) + (buf.ctypes.data - root.ctypes.data)
-    if isinstance(allocation, ctypes.Array):  # device memory (device_empty): the array's address is the device's
-        return buf.ctypes.data
-    raise EngineError("buffer was not allocated by the tensorrt backend (Backend.empty / device_empty)")
+        self.release_cuda()

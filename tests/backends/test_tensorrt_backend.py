@@ -27,6 +27,7 @@ from support import fake_cuda, fake_trt
 
 from edged.artifact import load_artifact
 from edged.backends import EngineError
+from edged.backends import kernels as edged_kernels
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
@@ -219,12 +220,13 @@ def test_state_and_the_predictor_heads_live_in_device_memory(trt, artifact):
                   *talker.cp_hidden.values(), *talker.cp_draft_probs.values(), *talker.draft_probs.values(),
                   talker.draft_hidden,
                   *(x for side in vocoder.states for state in side for x in state)]
-        assert all(isinstance(trt._allocation(x)[0], ctypes.Array) and not hasattr(trt._allocation(x)[0],
-                                                                                   "get_device_pointer")
+        from edged.backends.cuda_device import _allocation as allocation
+
+        assert all(isinstance(allocation(x)[0], ctypes.Array) and not hasattr(allocation(x)[0], "get_device_pointer")
                    for x in device)
         host = [talker.hidden, talker.code0, talker.seen, talker.noise, talker.cp_codes[1], talker.positions,
                 talker.appending, *vocoder.pcm]
-        assert all(hasattr(trt._allocation(x)[0], "get_device_pointer") for x in host)
+        assert all(hasattr(allocation(x)[0], "get_device_pointer") for x in host)
     finally:
         backend.close()
 
@@ -309,7 +311,9 @@ def test_the_cuda_double_keeps_cudas_promises(trt):
     """Streams are asynchronous (a pending destination reads as garbage until synchronize); a 2-D copy
     takes only pitches a pitched allocation computed; a pinned buffer has a device pointer only with
     DEVICEMAP; memory a pending operation uses cannot be freed; a capture refuses potentially unsafe
-    calls and is invalidated by them; the legacy stream cannot be captured."""
+    calls (allocations, synchronizing) and calls on the legacy stream (synchronous copies and memsets),
+    each as the driver does, and is invalidated by them and by a module load, which succeeds; the
+    legacy stream cannot be captured."""
     cuda = fake_cuda
     context = cuda.Context()
     context.push()
@@ -341,10 +345,16 @@ def test_the_cuda_double_keeps_cudas_promises(trt):
         libcuda, graph = cuda.Driver(), ctypes.c_void_p()
         assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(0), 1) == cuda.CUDA_ERROR_INVALID_VALUE  # legacy
         assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream.handle), 1) == 0
-        for unsafe in (lambda: cuda.mem_alloc(256), lambda: cuda.memcpy_htod(int(device), src[:4]),
-                       lambda: cuda.memset_d8(int(device), 0, 16), stream.synchronize):
-            with pytest.raises(cuda.LogicError, match="CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"):
+        for unsafe, refusal in ((lambda: cuda.mem_alloc(256), "UNSUPPORTED"), (stream.synchronize, "UNSUPPORTED"),
+                                (lambda: cuda.memcpy_htod(int(device), src[:4]), "IMPLICIT"),
+                                (lambda: cuda.memset_d8(int(device), 0, 16), "IMPLICIT")):
+            with pytest.raises(cuda.LogicError, match=f"CUDA_ERROR_STREAM_CAPTURE_{refusal}"):
                 unsafe()
+        cuda.Stream()  # allowed while capturing, as on the GPU
+        assert libcuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(graph)) == \
+            cuda.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and graph.value is None
+        assert libcuda.cuStreamBeginCapture_v2(ctypes.c_void_p(stream.handle), 1) == 0
+        cuda.module_from_buffer(cuda.compile(edged_kernels.SOURCE))  # succeeds, and the capture is lost
         assert libcuda.cuStreamEndCapture(ctypes.c_void_p(stream.handle), ctypes.byref(graph)) == \
             cuda.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and graph.value is None
         stream.synchronize()

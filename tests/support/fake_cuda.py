@@ -19,13 +19,23 @@ way the real part breaks where the backend could get them wrong:
   pitches a pitched allocation made (cuMemcpy2DAsync "may fail for pitches not computed by
   cuMemAllocPitch", and pycuda's async path never falls back to cuMemcpy2DUnaligned): refused
   otherwise. `memcpy_htod`, `memset_d8` are synchronous.
+- Where a GPU was kinder than the documented contract, the double keeps the contract: on the H200
+  (unified addressing) a pinned buffer allocated without DEVICEMAP had a device pointer, equal to its
+  host address, and a 2-D copy with pitches of no pitched allocation ran. The backend asks for
+  DEVICEMAP and uses only the device pointer, and copies with any pitches through its own kernel.
 - Stream capture (`cuStreamBeginCapture_v2` in CU_STREAM_CAPTURE_MODE_THREAD_LOCAL): work enqueued on
   the capturing stream is recorded, not run; a potentially unsafe call from the capturing thread
-  (cuThreadExchangeStreamCaptureMode: "some actions, such as a call to cudaMalloc, may be unsafe";
-  synchronous copies and memsets, allocations, synchronizing the stream) fails with
-  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture: `cuStreamEndCapture` then returns
-  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. A graph is replayed by `cuGraphLaunch`; live
-  graphs and executable graphs are counted, so a leak shows.
+  (cuThreadExchangeStreamCaptureMode: "some actions, such as a call to cudaMalloc, may be unsafe")
+  fails and invalidates the capture: `cuStreamEndCapture` then returns
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. Which call fails how is what pycuda and
+  libcuda did on a GPU (an H200, CUDA 13.0, pycuda 2026.1; `scripts/validate_cuda.py`'s rows and a
+  probe of each call): allocations (cuMemAlloc, cuMemHostAlloc) and synchronizing the capturing
+  stream raise CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ("operation not permitted when stream is
+  capturing"); synchronous copies and memsets, which run on the legacy stream, raise
+  CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ("operation would make the legacy stream depend on a capturing
+  blocking stream"); loading a module returns success and invalidates the capture silently; creating
+  a stream is allowed. pycuda raises all of them as LogicError. A graph is replayed by
+  `cuGraphLaunch`; live graphs and executable graphs are counted, so a leak shows.
 - libcudart keeps a per-thread last error that a failed capture leaves set (TensorRT's runtime calls
   report it); `cudaGetLastError()` returns and clears it (trtexec's endCaptureOnError does exactly
   that, samples/common/sampleDevice.h at v10.3.0).
@@ -292,7 +302,6 @@ LEGACY_STREAM = 0
 
 class Stream:
     def __init__(self, flags: int = 0) -> None:
-        _unsafe("cuStreamCreate")
         self.handle = id(self)
         self.pending: list[Work] = []
         self.captured: list[Work] | None = None
@@ -306,7 +315,7 @@ class Stream:
     def synchronize(self) -> None:
         if self.captured is not None:
             self.invalidated = True
-            raise LogicError("cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+            raise LogicError(f"cuStreamSynchronize failed: {REFUSALS['unsupported']}")
         _unsafe("cuStreamSynchronize")
         for host, saved in reversed(self.poisoned):  # the device's view: nothing was written yet
             host[...] = saved
@@ -353,13 +362,18 @@ def capturing() -> Stream | None:
     return next((s for s in _streams.values() if s.captured is not None and s.capture_thread == me), None)
 
 
-def _unsafe(call: str) -> None:
+REFUSALS = {"unsupported": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when stream is capturing)",
+            "implicit": "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (operation would make the legacy stream depend on a "
+                        "capturing blocking stream)"}
+"""How the driver refuses a call while this thread captures: an unsafe call, or one on the legacy stream."""
+
+
+def _unsafe(call: str, refusal: str = "unsupported") -> None:
     """A potentially unsafe API call: refused, and the capture invalidated, while this thread captures."""
     stream = capturing()
     if stream is not None:
         stream.invalidated = True
-        raise LogicError(f"{call} failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when "
-                         f"stream is capturing)")
+        raise LogicError(f"{call} failed: {REFUSALS[refusal]}")
 
 
 # ----------------------------------------------------------------------------------------- copies
@@ -367,14 +381,14 @@ def _unsafe(call: str) -> None:
 
 def memcpy_htod(dest: int, src: np.ndarray) -> None:
     """Synchronous host-to-device copy (on the legacy stream: waits for every stream)."""
-    _unsafe("cuMemcpyHtoD")
+    _unsafe("cuMemcpyHtoD", "implicit")
     _drain()
     with device_access():
         device_view(int(dest), (src.nbytes,), np.uint8)[...] = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
 
 
 def memset_d8(dest: int, data: int, size: int) -> None:
-    _unsafe("cuMemsetD8")
+    _unsafe("cuMemsetD8", "implicit")
     _drain()
     with device_access():
         device_view(int(dest), (size,), np.uint8)[...] = data
@@ -461,7 +475,9 @@ def compile(source: str, arch: str | None = None, options=None, **_) -> bytes:
 
 
 def module_from_buffer(data: bytes, options=None) -> Module:
-    _unsafe("cuModuleLoadData")
+    stream = capturing()
+    if stream is not None:  # the load succeeds; the capture is lost, which only cuStreamEndCapture says
+        stream.invalidated = True
     head, _, source = bytes(data).partition(b"\n")
     if head != b"CUDA-DOUBLE":
         raise LogicError("cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE")

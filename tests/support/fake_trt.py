@@ -520,7 +520,8 @@ def install(monkeypatch) -> types.SimpleNamespace:
     for name, module in (("tensorrt", trt), ("pycuda", pycuda), ("pycuda.driver", driver),
                          ("pycuda.compiler", compiler)):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.delitem(sys.modules, "edged.backends.tensorrt", raising=False)
+    for module in ("edged.backends.tensorrt", "edged.backends.cuda_device"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
     from edged.backends import cuda_graph
 
     libcuda = cuda.Driver()

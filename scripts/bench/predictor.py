@@ -57,11 +57,14 @@ def feeds(graph: Path, rows: int, verified: int) -> list[dict[str, np.ndarray]]:
     return [{**base, "heads": heads[g:g + verified]} for g in range(HEADS)]
 
 
-def products_alone(graph: Path, out: Path) -> int:
-    """A graph of `graph`'s quantized products only (each DequantizeLinear and its MatMul), each fed
-    from an input of its own width; returns how many."""
+def products_alone(graph: Path, out: Path, rows: int = 1) -> tuple[int, int]:
+    """A graph of `graph`'s weight products only (each quantized weight's DequantizeLinear and its
+    MatMul, or a MatMul of an fp32 weight: not the sampler's constants), each fed `rows` rows from an
+    input of its own width; returns how many, and the bytes of their weights (values and scales)."""
     import onnx
     from onnx import TensorProto, helper
+
+    from engines.quantize import CONSTANTS
 
     model = onnx.load(str(graph))
     g = model.graph
@@ -69,17 +72,30 @@ def products_alone(graph: Path, out: Path) -> int:
     inits = {i.name: i for i in g.initializer}
     nodes, inputs, outputs, used = [], {}, [], set()
     for n in g.node:
-        if n.op_type == "MatMul" and n.input[1] in made:
-            dq = made[n.input[1]]
-            k, cols = inits[dq.input[0]].dims
-            x = inputs.setdefault(k, helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [1, 1, k])).name
-            nodes += [dq, helper.make_node("MatMul", [x, dq.output[0]], [n.output[0]], name=n.name)]
-            outputs.append(helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, [1, 1, cols]))
-            used.update(dq.input)
-    alone = helper.make_graph(nodes, "products", list(inputs.values()), outputs,
-                              [i for i in g.initializer if i.name in used])
-    onnx.save(helper.make_model(alone, opset_imports=model.opset_import, ir_version=model.ir_version), str(out))
-    return len(outputs)
+        if n.op_type != "MatMul" or n.input[1].startswith(CONSTANTS) or \
+                (n.input[1] not in made and n.input[1] not in inits):
+            continue
+        dq = made.get(n.input[1])
+        k, cols = inits[dq.input[0] if dq else n.input[1]].dims
+        x = inputs.setdefault(k, helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [1, rows, k])).name
+        nodes += [*([dq] if dq else []), helper.make_node("MatMul", [x, n.input[1]], [n.output[0]], name=n.name)]
+        outputs.append(helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, [1, rows, cols]))
+        used.update(dq.input if dq else [n.input[1]])
+    kept = [i for i in g.initializer if i.name in used]
+    alone = helper.make_graph(nodes, "products", list(inputs.values()), outputs, kept)
+    onnx.save(helper.make_model(alone, opset_imports=model.opset_import, ir_version=model.ir_version), str(out),
+              save_as_external_data=True, location=out.name + ".data")
+    return len(outputs), sum(stored_bytes(i) for i in kept)
+
+
+def stored_bytes(tensor) -> int:
+    """Bytes of an initializer as stored (INT4: two to a byte)."""
+    from onnx import TensorProto, helper
+
+    n = int(np.prod(tensor.dims, dtype=np.int64))
+    if tensor.data_type in (TensorProto.INT4, TensorProto.UINT4):
+        return (n + 1) // 2
+    return n * np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
 
 
 def fuse_shared(graph: Path, out: Path) -> None:
@@ -196,7 +212,7 @@ def measure(case, scratch: Path, repeats: int, calls: int) -> None:
         graph = art / "code_predictor.onnx"
         block = load_artifact(art).weight_block
         quantize_file(fused_fp32, scratch / f"fused-{weights}.onnx", form(weights, "cpu", block))
-        products = products_alone(graph, scratch / f"products-{weights}.onnx")
+        products, _ = products_alone(graph, scratch / f"products-{weights}.onnx")
         alone = session(scratch / f"products-{weights}.onnx")
         ways |= {(weights, "pass, 1 row"): (session(graph), feeds(graph, 1, 1)),
                  (weights, "pass, 4 rows verified (verify 4)"): (session(graph), feeds(graph, 4, 4)),

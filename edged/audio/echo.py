@@ -37,9 +37,13 @@ reverberation lasts a few hundred ms (docs/audio.md has the measurements behind 
   FLOOR_DB). The user's speech passes where it stands above the expected residual.
 - **What the gate reads.** Per block: the output's energy and the residual echo expected in it
   (after the gain), the coherent part from a faster estimate (GATE_COHERENCE) so that a changed
-  path's first blocks are counted as echo too. `near_end()` says whether the output stands above
-  that echo by NEAR_DB; the listener lets speech barge in only on such blocks. A canceller that has
-  not learned the echo expects all its prior allows, so its echo never passes as a user.
+  path's first blocks are counted as echo too, and the background: per bin the least the smoothed
+  residual came to over the last NOISE_WINDOW_S of blocks with no reference in the filter's span
+  (minimum statistics), the microphone's and the room's noise, which no echo estimate holds.
+  `near_end()` says whether the output stands above that echo and background by NEAR_DB; the
+  listener lets speech barge in only on such blocks. A canceller that has not learned the echo
+  expects all its prior allows, so its echo never passes as a user, and in a pause of the reply,
+  where the echo it expects dies away, the background left is not the user either.
 
 Output: one block out per block in, one block late (the WOLA). All arrays are allocated at
 construction.
@@ -101,6 +105,16 @@ LEAK_SMOOTHING = 0.95
 """Smoothing of the leakage regression per block."""
 NEAR_DB = 6.0
 """A block is the user's (near end) when its output stands this far above the echo expected in it."""
+NOISE_SMOOTHING = 0.9
+"""Smoothing of the residual's power per bin per block for the background's estimate."""
+NOISE_WINDOW_S = 1.5
+"""The background per bin: the least of that smoothed residual power over this long of blocks with
+no reference in the filter's span (the echo has died away: the microphone's and the room's noise
+alone; minimum statistics, over NOISE_PARTS sub-windows)..."""
+NOISE_PARTS = 6
+NOISE_BIAS = 1.7
+"""...times this: the minimum of a noisy power falls below its mean (white noise's mean power over
+that minimum, summed over the bins: 1.7)."""
 
 
 class EchoCanceller:
@@ -137,6 +151,13 @@ class EchoCanceller:
         self.g_ee = np.zeros(bins)
         self.s_ee = np.zeros(bins)
         self.s_rr = np.zeros(bins)
+        self.s_nn = np.zeros(bins)
+        self.noise_parts = np.zeros((NOISE_PARTS, bins))
+        self.noise_now = np.zeros(bins)
+        self.noise = np.zeros(bins)
+        """The background per bin (the microphone's noise, the room's): the residual where no echo is left."""
+        self.noise_every = max(1, round(NOISE_WINDOW_S * rate / block / NOISE_PARTS))
+        self.quiet = self.noise_blocks = 0
         self.p_ey = self.p_yy = 0.0
         self.leak = 0.0
         self.floor = 10 ** (FLOOR_DB / 10)
@@ -162,7 +183,12 @@ class EchoCanceller:
         """Echo return loss enhancement over the last blocks with sound in the reference (dB)."""
         self._e_mic = self._e_out = 1e-12
         self.out_energy = self.echo_energy = 0.0
-        """The last block's output energy and the residual echo energy expected in it."""
+        """The last block's output energy and the residual echo energy expected in it (with the background)."""
+        self.s_nn[:] = 0.0
+        self.quiet = self.noise_blocks = 0
+        self.noise_parts[:] = np.inf
+        self.noise_now[:] = np.inf
+        self.noise[:] = 0.0
 
     def _prior(self, direct: int) -> np.ndarray:
         """The prior with the direct path in partition `direct`: partitions before it are unlikely,
@@ -270,8 +296,11 @@ class EchoCanceller:
         self.s_rr *= s
         self.s_rr += (1 - s) * echo
         gain = np.maximum(self.floor, 1 - OVER * self.s_rr / np.maximum(self.s_ee, 1e-20))
+        self.quiet = 0 if sound else self.quiet + 1
+        if self.quiet > k:  # no reference left in the filter's span: what the microphone has is the background
+            self._background(res2)
         self.out_energy = float(np.dot(gain, res2))
-        self.echo_energy = float(np.dot(gain, np.maximum(echo, expected + self.leak * est2 + coherent_now)))
+        self.echo_energy = float(np.dot(gain, np.maximum(echo, expected + self.leak * est2 + coherent_now) + self.noise))
         y_out = np.fft.irfft(res * np.sqrt(gain), 2 * b) * self.window
         out[:] = self.tail + y_out[:b]
         self.tail[:] = y_out[b:]
@@ -279,6 +308,23 @@ class EchoCanceller:
             self._e_mic = 0.95 * self._e_mic + 0.05 * float(np.dot(mic, mic))
             self._e_out = 0.95 * self._e_out + 0.05 * float(np.dot(out, out))
             self.erle_db = float(10 * np.log10(self._e_mic / max(self._e_out, 1e-12)))
+
+    def _background(self, res2: np.ndarray) -> None:
+        """The least smoothed residual power per bin over the last NOISE_WINDOW_S of quiet blocks
+        (and the blocks since), times NOISE_BIAS."""
+        n = NOISE_SMOOTHING
+        if self.noise_blocks == 0:  # the smoothing starts from the first block, not from zero
+            self.s_nn[:] = res2
+        self.s_nn *= n
+        self.s_nn += (1 - n) * res2
+        np.minimum(self.noise_now, self.s_nn, out=self.noise_now)
+        self.noise_blocks += 1
+        if self.noise_blocks % self.noise_every == 0:
+            self.noise_parts[(self.noise_blocks // self.noise_every) % NOISE_PARTS] = self.noise_now
+            self.noise_now[:] = np.inf
+        np.min(self.noise_parts, axis=0, out=self.noise)
+        np.minimum(self.noise, self.noise_now, out=self.noise)
+        self.noise *= NOISE_BIAS
 
     def _adapt(self, x: np.ndarray, x2: np.ndarray, err: np.ndarray, expected: np.ndarray,
                coherent: np.ndarray, est2: np.ndarray, res2: np.ndarray) -> None:

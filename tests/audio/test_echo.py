@@ -8,8 +8,9 @@ import numpy as np
 from support.room import loudspeaker
 
 from edged.audio.echo import LEAD_BLOCKS, EchoCanceller
-from edged.audio.listener import NEAR_END_SHARE
+from edged.audio.listener import NEAR_END_SHARE, near_blocks
 from edged.audio.tap import Tap
+from edged.config import VadConfig
 
 RATE, BLOCK = 24000, 256
 
@@ -145,6 +146,31 @@ def test_a_user_far_below_the_echo_is_still_near_end():
     _, near = run(echo + user, ref, EchoCanceller(RATE, BLOCK, latency=600))
     talking = sounding(user, 0)[4 * RATE // BLOCK + 2:6 * RATE // BLOCK - 2]
     assert near[4 * RATE // BLOCK + 2:6 * RATE // BLOCK - 2][talking].mean() >= NEAR_END_SHARE
+
+
+def test_a_pause_in_the_reply_is_no_user_but_a_user_in_it_is():
+    """In a pause of the reply the echo the filter expects dies away while the microphone's
+    background stays: the background is expected too (the least residual over the last 1.5 s of
+    blocks with no reference in the filter's span, here the second before the reply), so the
+    pause's blocks are not the user's, never as many as the listener's share asks. Else a VAD start
+    on a loud syllable's residual that ran into a pause was taken for the user there, and the reply
+    cut itself off (scripts/bench/echo_timings.py). A user 10 dB below the echo, speaking in the
+    pause, still is."""
+    quiet = np.zeros(RATE, np.float32)
+    ref = np.concatenate([quiet, speechlike(3.0, 8), quiet, quiet])
+    echo = echo_of(ref, 600, room_path(8))
+    _, near = run(echo, ref, EchoCanceller(RATE, BLOCK, latency=600))
+    pause = near[4 * RATE // BLOCK:6 * RATE // BLOCK]
+    window = near_blocks(VadConfig().min_speech_ms, RATE, BLOCK)
+    shares = np.convolve(pause, np.ones(window) / window, mode="valid")
+    assert shares.max() < NEAR_END_SHARE and pause.mean() < 0.05  # the listener's bar is never met
+    said = slice(4 * RATE + RATE // 2, 5 * RATE + RATE // 2)
+    user = np.zeros_like(ref)
+    user[said] = speechlike(1.0, 9)
+    user *= 10 ** ((db(echo[2 * RATE:4 * RATE]) - 10 - db(user[said])) / 20)
+    _, near = run(echo + user, ref, EchoCanceller(RATE, BLOCK, latency=600))
+    blocks = slice(said.start // BLOCK + 2, said.stop // BLOCK - 2)
+    assert near[blocks][sounding(user, 0)[blocks]].mean() >= 0.9
 
 
 def test_a_path_change_is_tracked_and_never_taken_for_the_user():

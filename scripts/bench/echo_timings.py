@@ -72,20 +72,22 @@ class Replay:
         self.near = np.zeros(self.window, bool)
         self.out = np.zeros(BLOCK, np.float32)
         self.pending = np.zeros(0, np.float32)
-        self.blocks = 0
+        self.blocks = self.heard = 0
 
-    def block(self, mic: np.ndarray, ref: np.ndarray) -> list[tuple[str | None, bool]]:
-        """One block; per VAD frame it completed: (the gate's event, the listener's barge-in verdict:
-        speech going on and the near-end share met over a full window of the reply's blocks)."""
+    def block(self, mic: np.ndarray, ref: np.ndarray, heard: bool) -> list[tuple[str | None, bool]]:
+        """One block (`heard`: of a reply playing); per VAD frame it completed: (the gate's event, the
+        listener's barge-in verdict: speech going on and the near-end share met over a full window of
+        the reply's blocks)."""
         self.echo.process(mic, ref, self.out)
         self.near[self.blocks % self.window] = self.echo.near_end()
         self.blocks += 1
+        self.heard = self.heard + 1 if heard else 0
         self.pending = np.concatenate([self.pending, self.resampler.resample_chunk(self.out)])
         frames = []
         while len(self.pending) >= self.vad.frame:
             event = self.gate.update(self.vad.probability(self.pending[:self.vad.frame]))
             self.pending = self.pending[self.vad.frame:]
-            near_end = self.blocks >= self.window and float(self.near.mean()) >= NEAR_END_SHARE
+            near_end = self.heard >= self.window and float(self.near.mean()) >= NEAR_END_SHARE
             frames.append((event, self.gate.speaking and near_end))
         return frames
 
@@ -115,7 +117,7 @@ def walk(reply: np.ndarray, steps: list[str], delay: int, offset: int,
             ref = play[at:at + BLOCK]
             line[:-BLOCK] = line[BLOCK:]
             line[-BLOCK:] = ref
-            frames = replay.block(mic(line[:BLOCK]), ref)
+            frames = replay.block(mic(line[:BLOCK]), ref, at >= lead)
             if at >= lead:
                 margins.append(replay.margin())
             for event, verdict in frames:
@@ -148,7 +150,7 @@ def barge(reply: np.ndarray, user: np.ndarray, below_db: float, at_s: float, del
             room.say(user)
         line[:-BLOCK] = line[BLOCK:]
         line[-BLOCK:] = play[at:at + BLOCK]
-        for _, verdict in replay.block(room(line[:BLOCK]), play[at:at + BLOCK]):
+        for _, verdict in replay.block(room(line[:BLOCK]), play[at:at + BLOCK], at >= lead):
             if verdict and at + BLOCK <= onset:
                 early += 1
             elif verdict:

@@ -50,6 +50,8 @@ from edged.backends.base import Append, Rows
 
 SLOTS, HEADS, DIM, POSITIONS, T = 6, 2, 64, 40, 2
 MEMBER_SLOTS = [5, 0, 3, 2]
+AXES = (3, 2)
+"""The sequence axis of the keys [slots, heads, dim, positions] and of the values [slots, heads, positions, dim]."""
 ROUNDS = [([3, 9, 0, 37], [1, 0, 1, 1]), ([5, 11, 2, 38], [1, 1, 1, 1]), ([30, 0, 17, 6], [0, 1, 1, 0])]
 """(positions, active) of the cohort's members at each replay of the graph."""
 
@@ -76,10 +78,10 @@ class Cohort:
         self.active = device.empty((4,), np.uint8)
         self.slots[:] = MEMBER_SLOTS
         self.caches = [device.device_from(c) for c in caches]
-        self.host = Append(tuple(Rows(c, r, axis) for c, r, axis in zip(caches, rows, (3, 2))),
+        self.host = Append(tuple(Rows(c, r, axis) for c, r, axis in zip(caches, rows, AXES)),
                            self.positions, self.slots, self.active)
         self.append = Append(tuple(Rows(c, device.device_from(r), axis) for c, r, axis in
-                                   zip(self.caches, rows, (3, 2))), self.positions, self.slots, self.active)
+                                   zip(self.caches, rows, AXES)), self.positions, self.slots, self.active)
         self.append.check()
 
     def set(self, positions: list[int], active: list[int]) -> None:
@@ -113,13 +115,14 @@ class Copies:
 def check_kernels(device, summary: Summary) -> bool:
     major, minor = device.device.compute_capability()
     arch = f"sm_{major}{minor}"
-    try:
-        path = kernels.build(Path(tempfile.mkdtemp(prefix="edged-kernels-")), arch)
-        device.load_kernels(path)
-    except Exception as exc:  # the row says why; nothing after it can run
-        summary.add("kernels", False, f"{arch}: {type(exc).__name__}: {exc}")
-        return False
-    summary.add("kernels", True, f"built for {arch} by nvcc ({path.stat().st_size} bytes), loaded")
+    with tempfile.TemporaryDirectory(prefix="edged-kernels-") as out:
+        try:
+            path = kernels.build(Path(out), arch)
+            device.load_kernels(path)
+        except Exception as exc:  # the row says why; nothing after it can run
+            summary.add("kernels", False, f"{arch}: {type(exc).__name__}: {exc}")
+            return False
+        summary.add("kernels", True, f"built for {arch} by nvcc ({path.stat().st_size} bytes), loaded")
     return True
 
 

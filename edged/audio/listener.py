@@ -50,6 +50,13 @@ def near_blocks(min_speech_ms: int, rate: int, block: int) -> int:
     return max(1, -(-min_speech_ms * rate // (1000 * block)))
 
 
+def near_end_met(near: np.ndarray, heard_blocks: int) -> bool:
+    """Whether speech now may barge in: the window of the canceller's verdicts (`near`, near_blocks
+    long) lies within the reply being heard (`heard_blocks` of it so far) and at least
+    NEAR_END_SHARE of them were near-end."""
+    return heard_blocks >= len(near) and float(near.mean()) >= NEAR_END_SHARE
+
+
 class Microphone:
     """A sounddevice InputStream (float32 mono) whose callback only records into `tap`."""
 
@@ -281,7 +288,7 @@ class Listener:
         blocks of that reply (speech begun in a pause is judged against the reply's echo too)."""
         speaker = self.speaker
         heard = speaker is not None and speaker.speaking()
-        near_end = self.heard_blocks >= len(self.near) and float(self.near.mean()) >= NEAR_END_SHARE
+        near_end = near_end_met(self.near, self.heard_blocks)
         if event is not None:
             self.speech_starts += event == "start"
             self.echo_refusals += event == "start" and heard and not near_end

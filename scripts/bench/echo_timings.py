@@ -47,7 +47,7 @@ from support.patchbay import espeak
 from support.room import FORECAST, Room, RoomMic, active_rms, at_voice_level, convolve
 
 from edged.audio.echo import NEAR_DB, EchoCanceller
-from edged.audio.listener import NEAR_END_SHARE, RESAMPLE_QUALITY, near_blocks
+from edged.audio.listener import NEAR_END_SHARE, RESAMPLE_QUALITY, near_blocks, near_end_met
 from edged.audio.vad import SpeechGate, Vad
 from edged.config import VadConfig
 
@@ -87,8 +87,7 @@ class Replay:
         while len(self.pending) >= self.vad.frame:
             event = self.gate.update(self.vad.probability(self.pending[:self.vad.frame]))
             self.pending = self.pending[self.vad.frame:]
-            near_end = self.heard >= self.window and float(self.near.mean()) >= NEAR_END_SHARE
-            frames.append((event, self.gate.speaking and near_end))
+            frames.append((event, self.gate.speaking and near_end_met(self.near, self.heard)))
         return frames
 
     def margin(self) -> float:

@@ -28,7 +28,6 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, variant
+from common import parser, real_case, variant
 from predictor import products_alone, session
 
 FORMS = ("fp32", "int8", "int4")
@@ -98,12 +97,8 @@ def measure(case, scratch: Path, repeats: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
-    args = p.parse_args(argv)
-    print("\n".join(machine()), flush=True)
-    case = prepare_case("real", args.work, 16, 256, 0)
+    args = parser(__doc__, repeats=7).parse_args(argv)
+    case = real_case(args.work)
     with tempfile.TemporaryDirectory(prefix="edged-bandwidth-") as scratch:
         measure(case, Path(scratch), args.repeats)
     return 0

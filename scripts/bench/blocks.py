@@ -23,14 +23,13 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import cached, machine, prepare_case, unloadable
+from common import cached, parser, real_case, unloadable
 
 FORMS = (("int8", 32), ("int8", 128), ("int8", 256), ("int4", 32), ("int4", 64), ("int4", 128), ("int4", 256))
 
@@ -57,11 +56,9 @@ def measure(artifacts: list[Path], threads: int, repeats: int) -> list[dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, repeats=7)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--frames", type=int, default=24, help="teacher-forced frames per text (quant_quality.py)")
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     p.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True,
                    help="also the teacher-forced comparison with fp32 (minutes per twin)")
     p.add_argument("--measure", type=Path, nargs="+", help=argparse.SUPPRESS)  # the child's job
@@ -71,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from engines.quantize import quantize_artifact
 
-    print("\n".join(machine()), flush=True)
-    fp32 = prepare_case("real", args.work, 16, 256, 0).artifact
+    fp32 = real_case(args.work).artifact
     twins = {}
     for weights, block in FORMS:
         out = fp32.with_name(f"{fp32.name}-{weights}-cpu-b{block}")

@@ -17,7 +17,6 @@ encoder), fp32.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import cached, machine, start_daemon, unloadable
+from common import cached, machine, parser, start_daemon, unloadable
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -110,11 +109,9 @@ def gaps_while(endpoint: str, frames: int, enroll: bool) -> tuple[list[float], f
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, repeats=3)
     p.add_argument("--only", choices=["tiny", "real"], default=None)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     p.add_argument("--frames", type=int, default=None, help="frames per reply (default: tiny 400, real 40)")
-    p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     print("\n".join(machine()), flush=True)
     for name in ["tiny", "real"] if args.only is None else [args.only]:

@@ -22,9 +22,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -34,7 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, profiled, step_feed, variant
+from common import parser, profiled, real_case, step_feed, variant
 
 GRAPHS = {"talker.onnx": ({"T": 1, "L": 64, "P": 256}, 60, 5),
           "code_predictor.onnx": ({"T": 1, "V": 1, "P": 16}, 12, 30)}
@@ -109,12 +107,8 @@ def product(repeats: int, k: int = 1024, n: int = 3072, calls: int = 200) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
-    args = p.parse_args(argv)
-    print("\n".join(machine()), flush=True)
-    art, notes = variant(prepare_case("real", args.work, 16, 256, 0), "int4")
+    args = parser(__doc__, repeats=5).parse_args(argv)
+    art, notes = variant(real_case(args.work), "int4")
     print("\n".join(notes), flush=True)
     graphs(art, args.repeats)
     product(args.repeats)

@@ -9,6 +9,7 @@ in the stages reaches it through the same calls.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,8 @@ OMNI_SPEAKER = "ethan"  # Qwen3-Omni: no languages; the text is the assistant re
 MARKER = ".bench-done.json"  # written last: a directory without it is rebuilt
 FAMILIES = {"tiny": "qwen3_tts", "real": "qwen3_tts", "omni-tiny": "qwen3_omni", "omni-real": "qwen3_omni"}
 """The benchmark checkpoints: the tiny random one and a random one with real dimensions, per family."""
+WORK = Path(tempfile.gettempdir()) / "edged-bench"
+"""Where the cached checkpoints and artifacts live unless --work says otherwise."""
 
 
 def requests(batch: int, frames: int, family: str = "qwen3_tts", verify: int = 0) -> list[SpeechRequest]:
@@ -198,7 +202,6 @@ def machine() -> list[str]:
 def profiled(path: Path, threads: int, feed: dict[str, np.ndarray], runs: int = 5) -> list[tuple[str, str, float]]:
     """(node, operator type, ms per call) of `runs` calls of the graph at `path` in a session made as
     the daemon's backend makes it (OrtBackend.session_options), profiled; the first call warms up."""
-    import tempfile
 
     import onnxruntime as ort
 
@@ -318,6 +321,23 @@ def prepare_case(name: str, work: Path, frames: int, max_seq: int, seed: int) ->
     notes.append("external data: " + (", ".join(sidecars) if sidecars else "none (every graph is one file)"))
     notes.append(f"artifact size: {sum(p.stat().st_size for p in art.iterdir() if p.is_file()) / 2**30:.2f} GiB")
     return Case(name, ckpt, art, frames, max_seq, notes)
+
+
+def parser(doc: str, repeats: int | None = None) -> argparse.ArgumentParser:
+    """A benchmark's arguments: its description from the first paragraph of its docstring, --work
+    and, given a default, --repeats."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--work", type=Path, default=WORK, help="where the cached checkpoints and artifacts live")
+    if repeats is not None:
+        p.add_argument("--repeats", type=int, default=repeats)
+    return p
+
+
+def real_case(work: Path, frames: int = 16, max_seq: int = 256) -> Case:
+    """The machine's lines, then the real-dimension Qwen3-TTS case (seed 0) that the graph benchmarks
+    measure."""
+    print("\n".join(machine()), flush=True)
+    return prepare_case("real", work, frames, max_seq, 0)
 
 
 def variant(case: Case, weights: str = "fp32", agreeable: bool = False,

@@ -18,9 +18,7 @@ generating greedily and each fp16 graph fed the very inputs its fp32 counterpart
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +27,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TEXTS, cached, load, machine, prepare_case, unloadable
+from common import TEXTS, cached, load, machine, parser, prepare_case, unloadable
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -153,9 +151,8 @@ def end_to_end(fp32_dir: Path, fp16_dir: Path, frames: int) -> tuple[str, str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--only", choices=["tiny", "real"], default=None)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     args = p.parse_args()
     from engines.fp16 import convert_artifact
 

@@ -31,7 +31,6 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, profiled, step_feed, variant
+from common import parser, profiled, real_case, step_feed, variant
 
 FORMS = ("int4", "int8")
 HEADS = 15
@@ -247,13 +246,10 @@ def measure(case, scratch: Path, repeats: int, calls: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=9)
+    p = parser(__doc__, repeats=9)
     p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     args = p.parse_args(argv)
-    print("\n".join(machine()), flush=True)
-    case = prepare_case("real", args.work, 16, 256, 0)
+    case = real_case(args.work)
     with tempfile.TemporaryDirectory(prefix="edged-predictor-") as scratch:
         measure(case, Path(scratch), args.repeats, args.calls)
     return 0

@@ -24,9 +24,7 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,7 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
-from common import machine, prepare_case, profiled, variant
+from common import parser, profiled, real_case, variant
 
 
 def feeds(artifact, batch: int, frames: int) -> dict[str, np.ndarray]:
@@ -117,20 +115,17 @@ def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, repeats=5)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--frames", type=int, default=4, help="frames per window (the daemon's chunk_frames)")
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     args = p.parse_args(argv)
     if args.batch < 2 or args.batch % 2:
         p.error("--batch must be even and at least 2")
     from edged.artifact import load_artifact
     from edged.backends.onnxruntime import OrtBackend
 
-    print("\n".join(machine()), flush=True)
-    case = prepare_case("real", args.work, 16, 256, 0)
+    case = real_case(args.work)
     artifact = load_artifact(case.artifact)
     path = artifact.file("vocoder")
     session = OrtBackend(args.threads).load(path).session  # type: ignore[attr-defined]

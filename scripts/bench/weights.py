@@ -27,7 +27,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from common import machine, prepare_case, requests, variant
+from common import machine, parser, prepare_case, requests, variant
 from roofline import BITS, bandwidth, stage_bytes, stage_times
 
 WEIGHTS = ("fp32", "int8", "int4")
@@ -92,13 +91,11 @@ def artifacts(work: Path, frames: int, max_seq: int) -> dict[tuple[str, str], Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, repeats=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--frames", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=4, help="the speculative verify window of the verify rows")
     p.add_argument("--max-seq", type=int, default=256)
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edged-bench")
     p.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child's job
     args = p.parse_args(argv)
     if args.measure:

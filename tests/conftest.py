@@ -92,6 +92,7 @@ def eos_artifact(build_dir, checkpoints) -> tuple[Path, Path]:
     row is 1.5x the row of the code greedy decoding picks at frame 12 of EOS_TEXT, so that greedy
     decoding stops where it would have chosen that code, at text-dependent points; exported once
     (max_batch 2, max_seq 128)."""
+    import json
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -109,7 +110,8 @@ def eos_artifact(build_dir, checkpoints) -> tuple[Path, Path]:
     shutil.copytree(checkpoints(0), ckpt)
     weights = load_file(ckpt / "model.safetensors")
     head = weights["talker.codec_head.weight"]
-    head[2150] = head[int(plain.frames[12, 0])] * 1.5
+    eos = json.loads((ckpt / "config.json").read_text())["talker_config"]["codec_eos_token_id"]
+    head[eos] = head[int(plain.frames[12, 0])] * 1.5
     save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     export(ckpt, art, max_batch=2, max_seq=128)
     return ckpt, art

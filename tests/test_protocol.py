@@ -133,6 +133,38 @@ def test_none_fields_are_left_out_and_ids_echo_exactly():
     assert decode(pack(speak_header(voice=None, max_audio_ms=None))) == (Speak(id="r1", text="hi"), None)
 
 
+OPTIONAL = sorted(op for op, cls in protocol.REQUESTS.items()
+                  if any(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+                         for f in dataclasses.fields(cls)))
+
+
+@pytest.mark.parametrize("op", OPTIONAL)
+def test_nil_is_the_default_of_every_optional_field(op):
+    """docs/protocol.md: "An optional field may be absent or nil; both mean its default" (sampling's
+    keys too)."""
+    cls = protocol.REQUESTS[op]
+    fields = dataclasses.fields(cls)
+    required = {f.name: REQUIRED_VALUES[f.name] for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    optional = [f.name for f in fields if f.name not in required]
+    header = {"op": op, **required, **dict.fromkeys(optional)}
+    blob = b"\0" * 4 if op == "voice_add" else None
+    frames = pack(header) + ([blob] if blob else [])
+    assert decode(frames) == (cls(**required), blob)
+    if op == "speak":
+        nil_keys = pack(speak_header(sampling=dict.fromkeys(protocol.SAMPLING_KEYS)))
+        assert decode(nil_keys)[0].sampling == dict.fromkeys(protocol.SAMPLING_KEYS)
+
+
+REQUIRED_VALUES = {"id": "r1", "text": "hi", "session": "s", "role": "user", "content": "c", "name": "me",
+                   "samples": 1, "sample_rate": 24000, "played_ms": 80.0}
+"""A valid value of each request field that has no default."""
+
+
+def test_every_request_op_with_optional_fields_is_covered():
+    assert set(OPTIONAL) >= {"speak", "text", "ack", "history", "voice_add", "voices", "voice_remove"}
+
+
 def test_sampling_keys_are_the_runtime_keys():
     assert set(protocol.SAMPLING_KEYS) == {f.name for f in dataclasses.fields(Sampling)}
 

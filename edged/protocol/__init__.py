@@ -401,9 +401,10 @@ def _validate(table: dict[str, type], header: dict, num_frames: int, pcm_bytes: 
                 raise ProtocolError(f"{op}: unknown field {name!r} (fields: {', '.join(fields) or 'none'})")
         values = {}
         for name, f in fields.items():
-            if name not in header:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise ProtocolError(f"{op}: missing field {name!r}")
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if name not in header and required:
+                raise ProtocolError(f"{op}: missing field {name!r}")
+            if name not in header or (header[name] is None and not required):  # nil: the default
                 continue
             f.metadata["check"](header[name], f"{op}.{name}")
             values[name] = header[name]

@@ -109,13 +109,15 @@ def _keys(d: dict, where: str, known: Sequence[str], required: Sequence[str] = (
 
 
 def _sampling(v: Any, where: str) -> None:
-    """Key names and types only; the runtime checks ranges when it admits the request."""
+    """Key names and types only (a nil value is the key's default); the runtime checks ranges when
+    it admits the request."""
     _check(OPT_MAP, v, where)
     if v is None:
         return
     _keys(v, where, SAMPLING_KEYS)
     for k, x in v.items():
-        _check(OPT_INT if k == "seed" else NUMBER, x, f"{where}.{k}")
+        if x is not None:
+            _check(OPT_INT if k == "seed" else NUMBER, x, f"{where}.{k}")
 
 
 TURN_KEYS = ("role", "content", "interrupted", "response_id", "pending")

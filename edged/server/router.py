@@ -179,7 +179,7 @@ class Server:
 
     def _request(self, m: wire.Speak, blob: bytes | None) -> SpeechRequest:
         # values are range-checked at admission (a bad value is a `rejected`, not an `error`)
-        sampling = replace(self.defaults, **(m.sampling or {}))
+        sampling = replace(self.defaults, **{k: v for k, v in (m.sampling or {}).items() if v is not None})
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         clone = self.voices.book.get(m.voice) if self.voices is not None else None
         return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct, clone=clone,

@@ -88,3 +88,33 @@ def test_log_level_warning_leaves_out_info(start_daemon):
     assert daemon.terminate() == 0
     log = daemon.read_log()
     assert " INFO " not in log and "serving" not in log
+
+
+def test_nil_fields_and_sampling_keys_take_their_defaults(start_daemon):
+    """docs/protocol.md: an optional field absent or nil means its default, and so does a nil
+    sampling key: a speak with every other field and sampling key nil makes the frames of the same
+    speak without them."""
+    from edged import protocol
+
+    daemon = start_daemon()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 60000)
+    sock.connect(daemon.endpoint)
+    plain = {"op": "speak", "text": "Nil is the default.", "max_audio_ms": 400, "report_codes": True,
+             "sampling": {"seed": 5}}
+    nils = {k: None for k in ("more_text", "session", "voice", "language", "instruct", "play", "stream", "format",
+                              "context", "media")}
+    sampling = {**dict.fromkeys(protocol.SAMPLING_KEYS), "seed": 5}
+    try:
+        codes = []
+        for id, header in (("plain", plain), ("nils", {**plain, **nils, "sampling": sampling})):
+            sock.send(msgpack.packb({**header, "id": id}))
+            replies = []
+            while not replies or replies[-1]["op"] not in ("done", "error", "rejected"):
+                replies.append(msgpack.unpackb(sock.recv()))
+            assert [r["op"] for r in replies] == ["accepted", "done"], replies
+            codes.append(replies[-1]["report"]["rvq_codes"])
+        assert codes[0] == codes[1] and len(codes[0]) == 5
+    finally:
+        sock.close()

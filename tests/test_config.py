@@ -112,6 +112,32 @@ def test_bad_config_is_named(tmp_path, text, message):
         load_config(write(tmp_path, text))
 
 
+def documented_bounds() -> list[tuple[str, str, float]]:
+    """(key, ">=" or ">", edge) of each simple bound in docs/configuration.md's "Bounds" table."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    table = text[text.index("## Bounds"):text.index("## Threads per stage")]
+    return [(key, op, float(edge)) for key, op, edge in re.findall(r"^\| `([a-z_.]+)` \| (>=?) (-?[\d.]+)", table, re.M)]
+
+
+def test_every_documented_bound_is_the_one_enforced(tmp_path):
+    """At its edge a value loads; one step past it the config is refused, naming the key."""
+    bounds = documented_bounds()
+    assert len(bounds) >= 25
+    defaults = Config()
+    for key, op, edge in bounds:
+        *section, name = key.split(".")
+        default = getattr(defaults, section[0])
+        for part in section[1:]:
+            default = getattr(default, part)
+        kind = type(getattr(default, name))
+        step = 1 if kind is int else 0.5
+        inside = edge if op == ">=" else edge + step
+        header = f"[{'.'.join(section)}]\n"
+        assert load_config(write(tmp_path, f"{header}{name} = {kind(inside)!r}\n")), key
+        with pytest.raises(ConfigError, match=re.escape(name)):
+            load_config(write(tmp_path, f"{header}{name} = {kind(edge - step if op == '>=' else edge)!r}\n"))
+
+
 def test_a_thread_plan_as_the_command_line_writes_it():
     """`edged synth --threads` reads the plan as `STAGE=N,...`; stages left out keep their defaults."""
     assert ThreadPlan.parse("vocoder=0") == ThreadPlan(generation=1, vocoder=0, clone_encoder=1)

@@ -29,7 +29,7 @@ def report(entry: Entry, core: Core) -> dict[str, Any]:
         out["cancelled_at_frame"] = job.cancelled_at_frame
     if job.text is not None:
         out |= job.text.report()
-    if job.text is not None or (m is not None and m.prompt.track):  # the dual-track layout
+    if job.text is not None or (m is not None and m.prompt.dual_track):
         out["text_truncated"] = _text_truncated(job, entry.status.reason)
     if job.submit.play:
         out["played_ms"] = job.played * 1000 // rate if job.played is not None else 0

@@ -79,6 +79,9 @@ class Prompt:
     """Text-track rows, one per frame after the prefill (the dual-track layout)."""
     text_tokens: int = 0
     """Text tokens of the request, for reports."""
+    dual_track: bool = False
+    """The dual-track layout (its track may be empty: a short text beside a cloned voice's reference
+    frames is all in the prefill)."""
 
     @property
     def prefill_len(self) -> int:

@@ -64,6 +64,7 @@ def speak(client: Client, voice: str) -> tuple[np.ndarray, np.ndarray]:
                        max_audio_ms=FRAMES * 80)
     done = utt.wait()
     assert done.reason == "length", done
+    assert done.report["text_truncated"] is False  # a cloned voice's layout is the dual track, whole text included
     return np.asarray(done.report["rvq_codes"]), utt.pcm
 
 

@@ -57,7 +57,7 @@ class SegmentsLayout(TtsLayout):
     def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
         users = self._user_turns(req)  # the reply's own checks are the tts layout's plan
         reply = super().plan(self._reply(req), streamed)
-        return Prompt(users + reply.prefill, reply.track, reply.text_tokens)
+        return Prompt(users + reply.prefill, reply.track, reply.text_tokens, reply.dual_track)
 
     def _user_turns(self, req: SpeechRequest) -> tuple[Block, ...]:
         """The user turns' rows: runs of text rows, and runs of media rows projected from the request's

@@ -98,7 +98,7 @@ class TtsLayout:
         if dual:
             prefill.append(Block((Lookup(TEXT, text[:1]), Lookup(CODEC, (sp["codec_bos"],)))))
             rest = text[1:] + ((sp["tts_eos"],) if final else ())
-            return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text))
+            return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text), dual_track=True)
         prefill += [Block((Lookup(TEXT, text + (sp["tts_eos"],)), Lookup(CODEC, (sp["codec_pad"],) * (len(text) + 1)))),
                     Block((Lookup(TEXT, (sp["tts_pad"],)), Lookup(CODEC, (sp["codec_bos"],))))]
         return Prompt(tuple(prefill), text_tokens=len(text))
@@ -122,7 +122,7 @@ class TtsLayout:
         padded = words + (sp["tts_pad"],) * max(0, rows - len(words))
         prefill += [Block((Lookup(TEXT, padded[:1]), bos)), Block((Lookup(TEXT, padded[1:rows]), *frames))]
         rest = padded[rows:]
-        return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text))
+        return Prompt(tuple(prefill), (_text(rest),) if rest else (), text_tokens=len(text), dual_track=True)
 
     def _codec_rows(self, req: SpeechRequest) -> tuple[int | np.ndarray, ...]:
         """The codec prefix: ids, and a cloned voice's x-vector in the speaker row."""

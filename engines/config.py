@@ -12,8 +12,10 @@ naming the key and the file, never a default. The two layouts differ, for the co
     experts   4.57: `num_experts`;  5.x: `num_local_experts` (Qwen3-Omni's MoE configs)
 
 A value the library itself derives when its key is absent is derived the same way here and named
-(`head_dim`: hidden_size // num_attention_heads, as every attention of these models reads
-`getattr(config, "head_dim", ...)`): that is the model's definition, not a guess.
+(`head_dim` of a stack whose config class has no such key: hidden_size // num_attention_heads, as
+the attention reads `getattr(config, "head_dim", ...)`): that is the model's definition, not a guess.
+Where the config class has a default of its own (the code predictors' head_dim = 128), the key must
+be given.
 """
 
 from __future__ import annotations
@@ -128,9 +130,11 @@ def read_rope(s: Section, head_dim: int, *, multimodal: bool) -> Rope:
     return Rope(theta, sections)
 
 
-def head_dim(s: Section) -> int:
-    """`head_dim`, or hidden_size // num_attention_heads where the key is absent (the library's rule)."""
-    if s.has("head_dim"):
+def head_dim(s: Section, *, derived: bool = True) -> int:
+    """`head_dim`; where the key is absent, hidden_size // num_attention_heads if `derived` (a config
+    class without the key: the library's attention derives it so), else an error naming the key (a
+    class with a default of its own: the code predictors' say 128 whatever the sizes)."""
+    if s.has("head_dim") or not derived:
         return s.need("head_dim")
     return s.need("hidden_size") // s.need("num_attention_heads")
 
@@ -152,10 +156,11 @@ class StackConfig:
 
 
 def stack_config(s: Section, *, multimodal: bool) -> StackConfig:
-    """A stack from its config section (`multimodal`: the talker, whose RoPE has M-RoPE sections)."""
+    """A stack from its config section (`multimodal`: the talker, whose RoPE has M-RoPE sections; the
+    other stack is a code predictor, whose head_dim must be given)."""
     for name, supported in (("hidden_act", "silu"), ("attention_bias", False), ("sliding_window", None)):
         s.expect(name, supported)
-    heads, kv_heads, dim = s.need("num_attention_heads"), s.need("num_key_value_heads"), head_dim(s)
+    heads, kv_heads, dim = s.need("num_attention_heads"), s.need("num_key_value_heads"), head_dim(s, derived=multimodal)
     if heads <= 0 or kv_heads <= 0 or heads % kv_heads or dim <= 0:
         raise ConfigError(f"{s.file}: {s.key('num_attention_heads')}={heads} must be a positive multiple of "
                           f"{s.key('num_key_value_heads')}={kv_heads}, and head_dim ({dim}) positive")

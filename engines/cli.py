@@ -89,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(run=_plans)
 
     args = parser.parse_args(argv)
-    return args.run(args)
+    from engines.config import CheckpointError, ConfigError
+
+    try:
+        return args.run(args)
+    except (ConfigError, CheckpointError) as exc:  # the checkpoint's fault, named: no traceback
+        print(f"edged-engines {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 def _tiny(args: argparse.Namespace) -> int:

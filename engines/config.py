@@ -32,6 +32,11 @@ class ConfigError(ValueError):
     """A checkpoint config that cannot be exported as it is; the message names the file and the key."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint's weight files or tensors are not what its index or config say; the message names
+    the file and the tensor."""
+
+
 @dataclass(frozen=True)
 class Section:
     """One object of a config file: `file` for messages, `where` the key path to it."""

@@ -24,6 +24,8 @@ from safetensors import safe_open
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from engines.config import CheckpointError
+
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -39,16 +41,16 @@ class Checkpoint:
         if index.is_file():
             weight_map = json.loads(index.read_text()).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
-                raise ValueError(f"{index}: no weight_map")
+                raise CheckpointError(f"{index}: no weight_map")
             self.files = {key: self.directory / name for key, name in weight_map.items()}
             for path in sorted(set(self.files.values())):
                 if not path.is_file():
-                    raise FileNotFoundError(f"{path}: named by {INDEX} but missing")
+                    raise CheckpointError(f"{path}: named by {INDEX} but missing")
         elif single.is_file():
             with safe_open(str(single), framework="pt") as f:
                 self.files = dict.fromkeys(f.keys(), single)
         else:
-            raise FileNotFoundError(f"{self.directory}: no {SINGLE} and no {INDEX}")
+            raise CheckpointError(f"{self.directory}: no {SINGLE} and no {INDEX}")
         self._meta: dict[str, tuple[str, tuple[int, ...]]] = {}
 
     def __contains__(self, key: str) -> bool:
@@ -63,7 +65,7 @@ class Checkpoint:
     def _header(self, key: str) -> tuple[str, tuple[int, ...]]:
         """(stored dtype, shape) of a tensor, from its shard's header (read once per shard)."""
         if key not in self.files:
-            raise KeyError(f"{self.directory}: missing tensor {key!r}")
+            raise CheckpointError(f"{self.directory}: missing tensor {key!r}")
         if key not in self._meta:
             path = self.files[key]
             with safe_open(str(path), framework="pt") as f:
@@ -73,7 +75,7 @@ class Checkpoint:
                     self._meta[name] = (part.get_dtype(), tuple(part.get_shape()))
         dtype = self._meta[key][0]
         if dtype not in DTYPES:
-            raise ValueError(f"{self.where(key)} is stored as {dtype}; this export reads {', '.join(DTYPES)}")
+            raise CheckpointError(f"{self.where(key)} is stored as {dtype}; this export reads {', '.join(DTYPES)}")
         return self._meta[key]
 
     def read(self, key: str, rows: slice | None = None) -> torch.Tensor:
@@ -140,9 +142,9 @@ class Weights:
         for name, source in self.sources.items():
             for key in source.keys:
                 if key not in self.checkpoint:
-                    raise KeyError(f"{self.checkpoint.directory}: missing tensor {key!r} (for {name!r})")
+                    raise CheckpointError(f"{self.checkpoint.directory}: missing tensor {key!r} (for {name!r})")
                 if self.checkpoint.shape(key) != source.shape:
-                    raise ValueError(f"{self.checkpoint.where(key)} has shape {self.checkpoint.shape(key)}, "
+                    raise CheckpointError(f"{self.checkpoint.where(key)} has shape {self.checkpoint.shape(key)}, "
                                      f"the config implies {source.shape}")
 
     def rows(self, name: str, rows: slice) -> torch.Tensor:

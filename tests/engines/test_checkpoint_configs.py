@@ -142,3 +142,26 @@ def test_a_setting_the_port_does_not_implement_is_refused(tiny, layout, edit, me
     with pytest.raises(ConfigError, match=message):
         Qwen3TTSConfig.from_checkpoint(checkpoint)
 
+
+
+def test_the_export_command_names_a_checkpoint_fault_in_one_line(tiny, tmp_path, capsys):
+    """`edged-engines export` on a config missing a key, and on weights whose shape the config does
+    not imply: exit 2, one line naming the key or the tensor, no traceback."""
+    from engines.cli import main
+
+    def drop(config: dict) -> None:
+        del config["talker_config"]["code_predictor_config"]["head_dim"]
+
+    checkpoint = with_configs(tiny["qwen3_tts"], "qwen3_tts", OLD, tmp_path / "a", edit=drop)
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edged-engines export: ") and "missing key 'talker_config.code_predictor_config.head_dim'" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+    def wider(config: dict) -> None:
+        config["talker_config"]["intermediate_size"] += 8
+
+    checkpoint = with_configs(tiny["qwen3_tts"], "qwen3_tts", OLD, tmp_path / "b", edit=wider)
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "has shape" in err and "the config implies" in err and err.count("\n") == 1

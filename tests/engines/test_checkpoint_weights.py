@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from edged.artifact import load_artifact
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
+from engines.config import CheckpointError
 from engines.export import export
 from engines.qwen3_omni.config import Qwen3OmniConfig
 from engines.qwen3_omni.model import experts
@@ -110,7 +111,7 @@ def test_a_shard_the_index_names_must_exist(checkpoints, tmp_path):
     sharded.mkdir(), single.mkdir()
     distribute(checkpoints(0), sharded, single)
     (sharded / f"model-00002-of-{SHARDS:05d}.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=f"model-00002-of-{SHARDS:05d}.safetensors: named by {INDEX}"):
+    with pytest.raises(CheckpointError, match=f"model-00002-of-{SHARDS:05d}.safetensors: named by {INDEX}"):
         Checkpoint(sharded)
 
 
@@ -118,7 +119,7 @@ def test_a_tensor_stored_in_another_type_is_refused_naming_it(checkpoints, tmp_p
     weights = load_file(str(checkpoints(0) / "model.safetensors"))
     key = "talker.codec_head.weight"
     save_file({**weights, key: weights[key].to(torch.float64)}, str(tmp_path / "model.safetensors"))
-    with pytest.raises(ValueError, match=f"model.safetensors: '{key}' is stored as F64"):
+    with pytest.raises(CheckpointError, match=f"model.safetensors: '{key}' is stored as F64"):
         Checkpoint(tmp_path).read(key)
 
 

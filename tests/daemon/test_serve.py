@@ -282,3 +282,14 @@ def test_cli_say_and_status(shared_daemon, tmp_path):
     assert raw["memory"]["activations"] == 0
     assert [line.split() for line in shown.stdout.splitlines() if "activations" in line] == \
         [["memory", "activations", "0.00", "MiB"]]
+
+
+def test_an_unknown_language_is_refused_naming_every_language_status_lists(shared_daemon):
+    """The languages a rejection lists are the ones a speak takes: status's model.languages and auto."""
+    with Client(shared_daemon.endpoint) as client:
+        languages = client.status()["model"]["languages"]
+        with pytest.raises(RequestRejected) as refused:
+            client.speak("Hello.", play=False, language="klingon").wait()
+        assert str(refused.value).endswith(f"(known: {', '.join(['auto', *languages])})"), refused.value
+        for language in languages:
+            assert client.speak("Hello.", play=False, language=language, max_audio_ms=80).wait().reason == "length"

@@ -142,7 +142,7 @@ class TtsLayout:
                 raise PromptError(f"unknown voice {req.voice!r} (known: {', '.join(sorted(m.speakers)) or 'none'})")
         language = (req.language or "auto").lower()
         if language != "auto" and language not in m.languages:
-            known = ", ".join(["auto", *sorted(k for k in m.languages if "dialect" not in k)])
+            known = ", ".join(["auto", *sorted(m.languages)])  # what status's model.languages lists
             raise PromptError(f"unknown language {req.language!r} (known: {known})")
         lang_id = None if language == "auto" else m.languages[language]
         if voice is not None and voice.dialect and language in ("chinese", "auto"):

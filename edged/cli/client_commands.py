@@ -42,7 +42,7 @@ def add_parser(commands) -> None:
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default=None, help=f"daemon endpoint (default: {default_endpoint()})")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon (default: 60)")
     p.add_argument("--server-key", default=None,
                    help="tcp:// with CURVE: the daemon's public key, Z85 or its .key file (default: $EDGED_SERVER_KEY)")
     p.add_argument("--client-cert", default=None,

@@ -21,7 +21,7 @@ MISSING = "the front doors need their packages: pip install 'edged[doors]'"
 
 def add_parser(commands) -> None:
     p = commands.add_parser("wyoming", help="serve the daemon as a Wyoming TTS service (Home Assistant)")
-    p.add_argument("--uri", default="tcp://127.0.0.1:10200", help="where to listen: tcp://HOST:PORT or unix://PATH")
+    p.add_argument("--uri", default="tcp://127.0.0.1:10200", help="where to listen: tcp://HOST:PORT or unix://PATH (default: tcp://127.0.0.1:10200)")
     p.add_argument("--zeroconf", nargs="?", const="edged", default=None, metavar="NAME",
                    help="advertise the service over mDNS (_wyoming._tcp) as NAME (default: edged), for discovery")
     p.add_argument("--play-local", action="store_true",
@@ -30,7 +30,7 @@ def add_parser(commands) -> None:
     p.set_defaults(run=refusing(wyoming))
 
     p = commands.add_parser("http", help="serve OpenAI's speech API (/v1/audio/speech) in front of the daemon")
-    p.add_argument("--listen", default="127.0.0.1:8880", help="HOST:PORT to listen on")
+    p.add_argument("--listen", default="127.0.0.1:8880", help="HOST:PORT to listen on (default: 127.0.0.1:8880)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="a file holding the API key clients must send (Authorization: Bearer KEY)")
     _common(p)
@@ -39,7 +39,7 @@ def add_parser(commands) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     _endpoint(p)
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="(default: info)")
 
 
 class Refused(Exception):

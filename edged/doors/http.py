@@ -7,8 +7,9 @@
   events `speech.audio.delta` (base64 of the same bytes) and `speech.audio.done` (with `usage`).
 - `GET /v1/models`, `GET /healthz` (the daemon's state; 503 when it is down or draining).
 - Errors have OpenAI's shape {"error": {message, type, param, code}}: 400 a bad request (an unknown
-  voice lists the voices), 401 a missing or wrong key (when one is configured), 429 the daemon is
-  busy, 503 it is down or shutting down, 500 it failed before any audio.
+  voice lists the voices), 401 a missing or wrong key (when one is configured: every path but
+  /healthz, unknown ones included), 404 no such path, 405 a method the path does not take, 429 the
+  daemon is busy, 503 it is down or shutting down, 500 it failed before any audio.
 - A client that disconnects cancels its request.
 """
 
@@ -25,6 +26,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -80,6 +82,8 @@ def speech_fields(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model")
+    if model is None:
+        raise ApiError(400, f"model is missing (models: {', '.join((MODEL, *MODEL_ALIASES))})", param="model")
     if model not in (MODEL, *MODEL_ALIASES):
         raise ApiError(400, f"model {model!r} is not served here (models: {', '.join((MODEL, *MODEL_ALIASES))})",
                        param="model", code="model_not_found")
@@ -231,8 +235,11 @@ class HttpDoor:
     def authorized(self, request: Request) -> bool:
         if self.api_key is None or request.url.path == "/healthz":
             return True
-        given = request.headers.get("authorization", "")
-        return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self.api_key.encode())
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+
+UNAUTHORIZED = ApiError(401, "a valid API key is needed (Authorization: Bearer KEY)", code="invalid_api_key")
 
 
 def app(door: HttpDoor) -> Starlette:
@@ -240,8 +247,7 @@ def app(door: HttpDoor) -> Starlette:
         async def run(request: Request) -> Any:
             try:
                 if not door.authorized(request):
-                    raise ApiError(401, "a valid API key is needed (Authorization: Bearer KEY)",
-                                   code="invalid_api_key")
+                    raise UNAUTHORIZED
                 return await endpoint(request)
             except ApiError as exc:
                 return exc.response()
@@ -255,6 +261,18 @@ def app(door: HttpDoor) -> Starlette:
         yield
         await door.link.close()
 
+    async def refused(request: Request, exc: Exception) -> Response:
+        """Starlette's own refusals (404 no such path, 405 a method the path does not take) in
+        OpenAI's shape, behind the key as every path but /healthz is."""
+        assert isinstance(exc, HTTPException)
+        if not door.authorized(request):
+            return UNAUTHORIZED.response()
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        response = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code).response()
+        response.headers.update(exc.headers or {})
+        return response
+
     return Starlette(routes=[Route("/v1/audio/speech", guarded(door.speech), methods=["POST"]),
                              Route("/v1/models", guarded(door.models)),
-                             Route("/healthz", guarded(door.health))], lifespan=lifespan)
+                             Route("/healthz", guarded(door.health))],
+                     exception_handlers={HTTPException: refused}, lifespan=lifespan)

@@ -99,6 +99,27 @@ def test_without_the_key_401_and_with_a_wrong_one_401(front):
         client(front, key=None).models.list()
 
 
+def test_every_path_but_healthz_needs_the_key_and_unknown_ones_are_404_and_405_in_openais_shape(front):
+    import httpx2 as httpx  # openai's own HTTP client
+
+    base = f"http://127.0.0.1:{front.http.port}"
+    key = {"Authorization": f"Bearer {front.api_key}"}
+    for method, path in (("GET", "/nope"), ("GET", "/v1/audio/speech"), ("POST", "/v1/models")):
+        refused = httpx.request(method, base + path)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key", (method, path)
+    missing = httpx.get(base + "/nope", headers=key)
+    assert missing.status_code == 404 and missing.json()["error"] == {
+        "message": "GET /nope: Not Found", "type": "invalid_request_error", "param": None, "code": "not_found"}
+    wrong = httpx.get(base + "/v1/audio/speech", headers=key)
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    lower = httpx.get(base + "/v1/models", headers={"Authorization": f"bearer {front.api_key}"})
+    assert lower.status_code == 200  # the scheme is case-insensitive (RFC 9110, 11.1)
+    unnamed = httpx.post(base + "/v1/audio/speech", headers=key, json={"input": TEXT, "voice": "aiden"})
+    assert unnamed.status_code == 400 and unnamed.json()["error"]["param"] == "model"
+    assert unnamed.json()["error"]["message"] == "model is missing (models: edged, tts-1, tts-1-hd, gpt-4o-mini-tts)"
+
+
 def test_models_and_healthz(front):
     assert [m.id for m in client(front).models.list()] == ["edged", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"]
     import httpx2 as httpx  # openai's own HTTP client

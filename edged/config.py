@@ -266,6 +266,7 @@ class Config:
         if artifact is not None:
             daemon = replace(daemon, artifact=artifact)
         if listen is not None:
+            _check_endpoint(listen, "--listen", "daemon.listen")
             daemon = replace(daemon, listen=listen)
         if audio_device is not None:
             audio = replace(audio, device=audio_device)
@@ -364,8 +365,22 @@ def _check(value, annotation: str, source: str, key: str):
     return float(value) if base == "float" else value
 
 
+def _check_endpoint(value: str, source: str, key: str, off: bool = False) -> None:
+    """A ZeroMQ endpoint the daemon can bind: "" (the default), ipc://PATH or tcp://HOST:PORT (or
+    "none" where `off`)."""
+    if value == "" or (off and value == "none"):
+        return
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("ipc", "tcp") or not rest:
+        extra = ', or "none"' if off else ""
+        raise ConfigError(f"{source}: {key} must be ipc://PATH or tcp://HOST:PORT{extra}, got {value!r}")
+
+
 def _validate(config, source: str) -> None:
+    if isinstance(config, EventsConfig):
+        _check_endpoint(config.listen, source, "events.listen", off=True)
     if isinstance(config, DaemonConfig):
+        _check_endpoint(config.listen, source, "daemon.listen")
         if config.backend not in ("onnxruntime", "tensorrt"):
             raise ConfigError(f"{source}: daemon.backend must be onnxruntime or tensorrt, got {config.backend!r}")
         if config.queue_limit < 0:

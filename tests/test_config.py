@@ -105,6 +105,9 @@ top_k = 20
     ("[history]\npolicy = \"asr\"\n", "history.policy = \"asr\" needs history.asr_url and history.asr_model"),
     ("[history]\nwait_ms = 0\n", "history.wait_ms must be >= 1"),
     ("daemon = 3\n", "[daemon] must be a table"),
+    ("[daemon]\nlisten = \"bogus://x\"\n", "daemon.listen must be ipc://PATH or tcp://HOST:PORT, got 'bogus://x'"),
+    ("[daemon]\nlisten = \"/run/edged.sock\"\n", "daemon.listen must be ipc://PATH or tcp://HOST:PORT"),
+    ("[events]\nlisten = \"udp://x\"\n", "events.listen must be ipc://PATH or tcp://HOST:PORT, or \"none\""),
     ("[daemon\n", "not valid TOML"),
 ])
 def test_bad_config_is_named(tmp_path, text, message):
@@ -172,3 +175,16 @@ def test_serve_refuses_a_bad_config_with_exit_2(tmp_path):
     done = subprocess.run([sys.executable, "-m", "edged", "serve", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown key 'daemon.listen_on'" in done.stderr
+
+
+def test_serve_exits_2_on_a_listen_address_it_cannot_use(tmp_path):
+    """A malformed endpoint is a config error; one that is well formed but cannot be bound fails the
+    boot: exit 2 both, one line each, no traceback."""
+    base = write(tmp_path, '[audio]\ndevice = "none"\ninput_device = "none"\n[events]\nlisten = "none"\n'
+                           '[daemon]\ninsecure_tcp = true\n')
+    for listen, wanted in (("bogus://x", "--listen: daemon.listen must be ipc://PATH or tcp://HOST:PORT"),
+                           ("tcp://999.1.1.1:5599", "boot failed: ")):
+        done = subprocess.run([sys.executable, "-m", "edged", "serve", "--config", str(base), "--listen", listen],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and wanted in done.stderr, (listen, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr

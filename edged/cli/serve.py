@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+import zmq
+
 from edged.artifact import ArtifactError
 from edged.backends import EngineError
 from edged.config import ConfigError, load_config
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(config.daemon.log_level)
     try:
         code = Daemon(config).run()
-    except (ArtifactError, EngineError, ConfigError, OSError) as exc:
+    except (ArtifactError, EngineError, ConfigError, OSError, zmq.ZMQError) as exc:  # ZMQError: an endpoint it cannot bind
         logging.getLogger("edged").error("boot failed: %s", exc)
         return EXIT_CONFIG
     from edged.audio.portaudio import stuck

@@ -314,8 +314,10 @@ class Client:
             utterance.end()
         return utterance
 
-    def cancel(self, id: Id) -> None:
-        self._send(protocol.encode(protocol.Cancel(id=id)), f"cancel {id!r}")
+    def cancel(self, id: Id, any_client: bool = False) -> None:
+        """Cancel this client's request `id` (`any_client`: every request in flight with that id, as
+        `status` lists ids, whoever sent it)."""
+        self._send(protocol.encode(protocol.Cancel(id=id, any_client=any_client)), f"cancel {id!r}")
 
     def ack(self, id: Id, played_ms: float, final: bool = False) -> None:
         """Report how much of a streamed utterance was heard (for clients that play audio themselves)."""

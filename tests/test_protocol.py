@@ -45,7 +45,7 @@ REQUESTS = [
     Text(id="r1", text="more"),
     Text(id="r1", text="", final=True),
     Cancel(id="r1"),
-    Cancel(id=-(2**63)),
+    Cancel(id=-(2**63), any_client=True),
     Ack(id="r1", played_ms=0),
     Ack(id="r1", played_ms=1234.5, final=True),
     Turn(session="s", role="user", content="hi there"),

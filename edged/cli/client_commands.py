@@ -29,7 +29,8 @@ def add_parser(commands) -> None:
     _endpoint(p)
     p.set_defaults(run=reached(say))
 
-    p = commands.add_parser("cancel", help="cancel a request by id (of this client's requests: ids are per client)")
+    p = commands.add_parser("cancel", help="cancel the requests in flight with this id, whichever client sent them (as "
+                                             "`edged status` lists ids)")
     p.add_argument("id")
     _endpoint(p)
     p.set_defaults(run=reached(cancel))
@@ -104,8 +105,11 @@ def stdin_pieces() -> Iterator[str]:
 
 
 def cancel(args: argparse.Namespace) -> int:
+    """Cancel the requests in flight with this id, of any client (as `edged status` lists them); the
+    status that follows shows that the daemon took the cancel (none answering: exit 1)."""
     with _client(args) as client:
-        client.cancel(args.id)
+        client.cancel(args.id, any_client=True)
+        client.status()
     return 0
 
 

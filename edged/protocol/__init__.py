@@ -113,6 +113,9 @@ class Text:
 class Cancel:
     op: ClassVar[str] = "cancel"
     id: Id = field(metadata=ID)
+    any_client: bool = field(default=False, metadata=BOOL)
+    """Cancel every request in flight whose id, as `status` lists it (its string form), is this one's,
+    of whichever client (`edged cancel`); by default only this client's own."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class MoreText:
 class Cancel:
     client: bytes
     id: Id
+    any_client: bool = False
+    """Every request in flight with this id (compared as strings, as status lists ids), of any client."""
 
 
 @dataclass(frozen=True)

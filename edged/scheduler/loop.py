@@ -168,8 +168,10 @@ class CohortLoop:
         elif isinstance(command, MoreText):
             self._more_text(command)
         elif isinstance(command, Cancel):
-            entry = self.scheduler.by_key.get((command.client, command.id))
-            if entry is not None:
+            by_key = self.scheduler.by_key
+            entries = ([e for e in by_key.values() if str(e.payload.id) == str(command.id)] if command.any_client
+                       else [e for e in (by_key.get((command.client, command.id)),) if e is not None])
+            for entry in entries:
                 self._cancel(entry)
         elif isinstance(command, PlaybackEnded):
             self._playback_ended(command.reply)

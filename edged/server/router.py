@@ -150,7 +150,7 @@ class Server:
         if isinstance(message, wire.Text):
             return MoreText(client, message.id, message.text, message.final)
         if isinstance(message, wire.Cancel):
-            return Cancel(client, message.id)
+            return Cancel(client, message.id, message.any_client)
         if isinstance(message, wire.Status):
             return StatusQuery(client)
         if isinstance(message, wire.Ack):

@@ -48,7 +48,24 @@ def test_say_exit_codes_and_cancel(start_daemon):
     rejected = edged("say", "Hello.", "--no-play", "--voice", "nobody", "--endpoint", daemon.endpoint)
     assert rejected.returncode == 2 and "unknown voice 'nobody'" in rejected.stderr
     cancel = edged("cancel", "nothing-in-flight", "--endpoint", daemon.endpoint)
-    assert cancel.returncode == 0 and cancel.stdout == ""  # ids are per client: it cancels only its own
+    assert cancel.returncode == 0 and cancel.stdout == ""
+
+
+def test_edged_cancel_stops_another_clients_request_by_its_id(start_daemon, tmp_path):
+    """`edged cancel ID` ends the request that `edged status` lists (another client's: the CLI's own
+    connection has none); with no daemon answering it exits 1."""
+    daemon = start_daemon()
+    with Client(daemon.endpoint, timeout_s=120) as client:
+        utterance = client.speak("A long reply to cancel.", id="long-one", play=False, stream=True,
+                                 max_audio_ms=300_000)
+        next(e for e in utterance if type(e).__name__ == "Audio")
+        assert client.status()["cohort"]["members"] == ["long-one"]
+        cancel = edged("cancel", "long-one", "--endpoint", daemon.endpoint)
+        assert cancel.returncode == 0 and cancel.stdout == "", cancel.stderr
+        done = utterance.wait()
+    assert done.reason == "cancelled" and done.report["frames"] < 3750
+    gone = edged("cancel", "long-one", "--endpoint", f"ipc://{tmp_path / 'nobody.sock'}", "--timeout", "1")
+    assert gone.returncode == 1 and gone.stderr.startswith("edged cancel: "), gone.stderr
 
 
 def test_a_reply_that_runs_into_the_kv_limit_ends_with_length(start_daemon):

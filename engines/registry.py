@@ -8,9 +8,10 @@ a benchmark checkpoint). A checkpoint names its family by the `model_type` of it
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from types import ModuleType
+
+from engines.config import ConfigError, Section
 
 FAMILIES = ("qwen3_tts", "qwen3_omni")
 MODEL_TYPES = {"qwen3_tts": "qwen3_tts", "qwen3_omni_moe": "qwen3_omni"}
@@ -27,8 +28,8 @@ def family_of(checkpoint: Path | str) -> ModuleType:
     """The family of a checkpoint directory, from its config.json's model_type."""
     config = Path(checkpoint) / "config.json"
     if not config.is_file():
-        raise FileNotFoundError(f"{config}: missing (is {checkpoint} a checkpoint directory?)")
-    model_type = json.loads(config.read_text()).get("model_type")
+        raise ConfigError(f"{config}: missing (is {checkpoint} a checkpoint directory?)")
+    model_type = Section.read(config).need("model_type", str)
     if model_type not in MODEL_TYPES:
-        raise ValueError(f"{config}: model_type {model_type!r} is not supported (known: {', '.join(MODEL_TYPES)})")
+        raise ConfigError(f"{config}: model_type {model_type!r} is not supported (known: {', '.join(MODEL_TYPES)})")
     return family(MODEL_TYPES[model_type])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -87,6 +88,9 @@ def test_the_vocoder_on_its_own_thread_writes_the_same_audio(tmp_path: Path):
     (["--text", "hi", "--cp-spec-verify", "1"], "sampling.cp_spec_verify_size must be 0 (off) or an integer in 2..8"),
     (["--text", "hi", "--user-text", "hello?"], "context: this model (layout tts) takes no conversation context"),
     (["--text", "hi", "--artifact", "/nonexistent/artifact"], "no artifact.json"),
+    (["--text", "hi", "--speaker", "vivian", "--ref-audio", "ref.wav"], "--speaker and --ref-audio both name the voice"),
+    pytest.param(["--text", "hi", "--backend", "tensorrt"], "the tensorrt backend needs pycuda",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="pycuda is here")),
 ])
 def test_bad_input_exits_2_with_a_clear_error(tmp_path: Path, args, message):
     done = edged("synth", *args, "--out", str(tmp_path / "x.wav"))
@@ -100,3 +104,9 @@ def test_runtime_never_imports_torch():
             "edged.cli; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_an_output_it_cannot_write_exits_2_naming_it(tmp_path: Path):
+    done = edged("synth", "--text", "hi", "--max-frames", "1", "--out", str(tmp_path / "missing" / "x.wav"))
+    assert done.returncode == 2 and done.stderr.startswith("edged synth: cannot write the output: ")
+    assert "missing/x.wav" in done.stderr and "Traceback" not in done.stderr

@@ -67,8 +67,13 @@ def run(args: argparse.Namespace) -> int:
         sampling = sampling.with_overrides(overrides)
         if args.ref_text is not None and args.ref_audio is None:
             raise RequestError("--ref-text needs --ref-audio")
+        if args.speaker is not None and args.ref_audio is not None:
+            raise RequestError("--speaker and --ref-audio both name the voice: give one")
         threads: ThreadPlan = args.threads
-        backend = make_backend(args.backend, threads.generation)
+        try:
+            backend = make_backend(args.backend, threads.generation)
+        except ImportError as exc:  # tensorrt without its packages
+            raise RequestError(str(exc)) from None
         try:
             clone = _clone(artifact, backend, threads, args.ref_audio, args.ref_text) if args.ref_audio else None
             request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
@@ -85,11 +90,15 @@ def run(args: argparse.Namespace) -> int:
     except (ArtifactError, EngineError, RequestError, SamplingError, BadReference) as exc:
         print(f"edged synth: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    write_wav(args.out, result.pcm, artifact.sample_rate)
-    if args.codes:
-        args.codes.write_text(json.dumps({
-            "frames": result.frames.tolist(), "sample_rate": artifact.sample_rate,
-            "samples_per_frame": artifact.samples_per_frame}))
+    try:
+        write_wav(args.out, result.pcm, artifact.sample_rate)
+        if args.codes:
+            args.codes.write_text(json.dumps({
+                "frames": result.frames.tolist(), "sample_rate": artifact.sample_rate,
+                "samples_per_frame": artifact.samples_per_frame}))
+    except OSError as exc:
+        print(f"edged synth: cannot write the output: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(json.dumps(result.report))
     return 0
 

@@ -165,3 +165,7 @@ def test_the_export_command_names_a_checkpoint_fault_in_one_line(tiny, tmp_path,
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "has shape" in err and "the config implies" in err and err.count("\n") == 1
+
+    assert main(["export", "--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere/config.json: missing (is " in err and err.count("\n") == 1

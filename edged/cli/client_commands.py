@@ -1,4 +1,4 @@
-"""`edged say`, `edged cancel`, `edged status`: small clients of a running daemon."""
+"""`edged say`, `edged cancel`, `edged status`, `edged history`: small clients of a running daemon."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def add_parser(commands) -> None:
     p.add_argument("--voice", default=None)
     p.add_argument("--language", default=None)
     p.add_argument("--instruct", default=None)
+    p.add_argument("--session", default=None, help="the conversation whose history the reply joins (edged history)")
     p.add_argument("--out", type=Path, default=None, help="also stream the audio back and write it to a WAV file")
     p.add_argument("--no-play", action="store_true", help="do not play on the daemon's speaker")
     p.add_argument("--seed", type=int, default=None)
@@ -34,6 +35,16 @@ def add_parser(commands) -> None:
     p.add_argument("id")
     _endpoint(p)
     p.set_defaults(run=reached(cancel))
+
+    p = commands.add_parser("history", help="show a session's history (turns oldest first); --add appends a turn first")
+    p.add_argument("session")
+    p.add_argument("--add", nargs=2, metavar=("ROLE", "TEXT"), default=None,
+                   help="append a turn first: ROLE user, system or assistant")
+    p.add_argument("--wait", action="store_true", help="first let pending calibrations finish (one bounded deadline)")
+    p.add_argument("--close", action="store_true", help="then release the session's cursors and recordings")
+    p.add_argument("--json", action="store_true", help="print the turns as a JSON array")
+    _endpoint(p)
+    p.set_defaults(run=reached(history))
 
     p = commands.add_parser("status", help="show the daemon's status")
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
@@ -77,7 +88,8 @@ def say(args: argparse.Namespace) -> int:
 
     sampling = {"seed": args.seed} if args.seed is not None else None
     with _client(args) as client:
-        options = dict(voice=args.voice, language=args.language, instruct=args.instruct, play=not args.no_play,
+        options = dict(voice=args.voice, language=args.language, instruct=args.instruct, session=args.session,
+                       play=not args.no_play,
                        stream=args.out is not None, sampling=sampling, max_audio_ms=args.max_audio_ms)
         if args.text == "-":  # standard input, spoken as it comes
             utterance = client.speak_iter(stdin_pieces(), **options)
@@ -110,6 +122,22 @@ def cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         client.cancel(args.id, any_client=True)
         client.status()
+    return 0
+
+
+def history(args: argparse.Namespace) -> int:
+    """The session's turns, one a line (`role: content`, marked when the reply was cut or its heard
+    text is still being estimated), or as JSON."""
+    with _client(args) as client:
+        if args.add is not None:
+            client.turn(args.session, *args.add)
+        turns = client.history(args.session, wait=args.wait, close=args.close)
+    if args.json:
+        print(json.dumps(turns, ensure_ascii=False))
+        return 0
+    for turn in turns:
+        marks = [m for m in ("interrupted", "pending") if turn.get(m)]
+        print(f"{turn['role']}: {turn['content']}" + (f"  [{', '.join(marks)}]" if marks else ""))
     return 0
 
 

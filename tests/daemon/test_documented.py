@@ -135,3 +135,19 @@ def test_nil_fields_and_sampling_keys_take_their_defaults(start_daemon):
         assert codes[0] == codes[1] and len(codes[0]) == 5
     finally:
         sock.close()
+
+
+def test_edged_history_shows_and_adds_turns(start_daemon):
+    """`edged history SESSION [--add ROLE TEXT] [--wait] [--json]` beside `edged say --session`."""
+    daemon = start_daemon()
+    added = edged("history", "kitchen", "--add", "user", "What's the weather?", "--endpoint", daemon.endpoint)
+    assert added.returncode == 0 and added.stdout == "user: What's the weather?\n", added.stderr
+    said = edged("say", "It is sunny.", "--session", "kitchen", "--no-play", "--max-audio-ms", "160",
+                 "--endpoint", daemon.endpoint)
+    assert said.returncode == 0, said.stderr
+    shown = edged("history", "kitchen", "--wait", "--json", "--endpoint", daemon.endpoint)
+    turns = json.loads(shown.stdout)
+    assert [t["role"] for t in turns] == ["user", "assistant"] and turns[0]["content"] == "What's the weather?"
+    assert "It is sunny.".startswith(turns[1]["content"]) and turns[1]["interrupted"] is True  # cut by max_audio_ms
+    bad = edged("history", "kitchen", "--add", "bot", "hi", "--endpoint", daemon.endpoint)
+    assert bad.returncode == 1 and "role must be one of 'user', 'system', 'assistant'" in bad.stderr

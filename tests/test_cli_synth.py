@@ -110,3 +110,22 @@ def test_an_output_it_cannot_write_exits_2_naming_it(tmp_path: Path):
     done = edged("synth", "--text", "hi", "--max-frames", "1", "--out", str(tmp_path / "missing" / "x.wav"))
     assert done.returncode == 2 and done.stderr.startswith("edged synth: cannot write the output: ")
     assert "missing/x.wav" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_times_each_batch_of_the_builtin_artifact():
+    """`edged bench`: a row per batch (1 and the artifact's max_batch by default) whose frames/s, RTF
+    and per-step figures agree with one another; a batch beyond max_batch exits 2."""
+    done = edged("bench", "--frames", "8", "--repeats", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("edged bench: ") and "threads generation=1,vocoder=1" in lines[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ") and
+            line[2].isdigit()]
+    assert [r[0] for r in rows] == ["1", "4"]
+    for batch, rtf, fps, ratio, gen, voc, first, spread in rows:
+        assert float(rtf) > 0 and float(fps) > 0 and float(gen) > 0 and float(voc) > 0 and float(first) > 0
+        # frames/s of the cohort = batch members x a frame each step; RTF = wall / one member's audio
+        assert abs(float(fps) * float(rtf) * 0.08 - int(batch)) < 0.05 * int(batch)
+    assert rows[0][3] == "1.00"
+    refused = edged("bench", "--batch", "9")
+    assert refused.returncode == 2 and "--batch must be in 1..4" in refused.stderr

@@ -27,17 +27,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from edged import bench
 from edged.artifact import ArtifactError, load_artifact
 from edged.client import Client
 from edged.core import Core
-from edged.request import Sampling, SpeechRequest
+from edged.request import SpeechRequest
 
-TEXTS = [
-    "Hello world, this is edged speaking.",
-    "The quick brown fox jumps over the lazy dog.",
-    "Streaming speech on a small device, one frame at a time.",
-    "Please keep the door closed when the heating is on.",
-]
+TEXTS = list(bench.TEXTS)
 SPEAKER, LANGUAGE = "vivian", "english"
 OMNI_SPEAKER = "ethan"  # Qwen3-Omni: no languages; the text is the assistant reply, no earlier turns
 MARKER = ".bench-done.json"  # written last: a directory without it is rebuilt
@@ -50,9 +46,7 @@ WORK = Path(tempfile.gettempdir()) / "edged-bench"
 def requests(batch: int, frames: int, family: str = "qwen3_tts", verify: int = 0) -> list[SpeechRequest]:
     """Greedy requests of `frames` frames (`verify`: the code predictor's speculative verify window)."""
     voice, language = (OMNI_SPEAKER, None) if family == "qwen3_omni" else (SPEAKER, LANGUAGE)
-    sampling = Sampling.greedy().with_overrides({"cp_spec_verify_size": verify})
-    return [SpeechRequest(id=f"r{i}", text=TEXTS[i], voice=voice, language=language,
-                          sampling=sampling, max_frames=frames) for i in range(batch)]
+    return bench.requests(batch, frames, voice, language, verify)
 
 
 # ------------------------------------------------------------------------------------ measurements

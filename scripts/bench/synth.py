@@ -79,6 +79,7 @@ from common import (
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
+from edged.bench import timed
 from edged.config import ThreadPlan
 from edged.request import SpeechRequest
 from edged.synth import Synthesizer
@@ -90,15 +91,8 @@ QUIET_S = 0.0
 def run_edged(synth: Synthesizer, reqs: list[SpeechRequest]) -> tuple[Run, list]:
     wait_quiet(QUIET_S)
     watch = CpuWatch()
-    t0 = time.perf_counter()
-    results = synth.synthesize(reqs)
-    wall = time.perf_counter() - t0
-    first = results[0].report  # the first request starts with the run
-    steps = max(r.frames.shape[0] for r in results)
-    talker = first["stages"][0]  # every member of a cohort that starts together is in each of its steps
-    vocoder_ms = sum(r.report["stages"][1]["vocoder_ms"] for r in results)
-    return Run(wall, sum(r.frames.shape[0] for r in results), first["first_frame_ms"] / 1e3,
-               first["first_audio_ms"] / 1e3, talker["step_ms"] / talker["frames"] / 1e3, vocoder_ms / steps / 1e3,
+    t, results = timed(synth, reqs)
+    return Run(t.wall_s, t.frames, t.first_frame_s, t.first_audio_s, t.generation_s, t.vocoder_s,
                watch.others()), results
 
 

@@ -124,6 +124,7 @@ def test_bench_times_each_batch_of_the_builtin_artifact():
     assert [r[0] for r in rows] == ["1", "4"]
     for batch, rtf, fps, ratio, gen, voc, first, spread in rows:
         assert float(rtf) > 0 and float(fps) > 0 and float(gen) > 0 and float(voc) > 0 and float(first) > 0
+        assert float(ratio) > 0 and spread.endswith("%")
         # frames/s of the cohort = batch members x a frame each step; RTF = wall / one member's audio
         assert abs(float(fps) * float(rtf) * 0.08 - int(batch)) < 0.05 * int(batch)
     assert rows[0][3] == "1.00"

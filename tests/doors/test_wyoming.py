@@ -87,11 +87,13 @@ def test_streamed_text_is_spoken_as_it_comes(front):
     assert audio == front.reference(pieces, voice="ryan")
 
 
-@pytest.mark.parametrize("voice,wanted", [
-    (SynthesizeVoice(name="alloy"), "unknown voice 'alloy' (this model's voices: default, aiden, dylan, eric, ryan"),
-    (SynthesizeVoice(language="tlh"), "unknown language 'tlh' (this model's languages: zh (beijing_dialect)"),
+@pytest.mark.parametrize("voice,wanted,code", [
+    (SynthesizeVoice(name="alloy"), "unknown voice 'alloy' (this model's voices: default, aiden, dylan, eric, ryan",
+     "rejected"),
+    (SynthesizeVoice(language="tlh"), "unknown language 'tlh' (this model's languages: zh (beijing_dialect)",
+     "bad-request"),
 ])
-def test_a_voice_or_language_the_model_lacks_is_an_error_event(front, voice, wanted):
+def test_a_voice_or_language_the_model_lacks_is_an_error_event(front, voice, wanted, code):
     async def synthesize() -> list:
         async with AsyncTcpClient("127.0.0.1", front.wyoming.port) as client:
             await client.write_event(Synthesize(TEXT, voice=voice).event())
@@ -103,7 +105,7 @@ def test_a_voice_or_language_the_model_lacks_is_an_error_event(front, voice, wan
 
     events = run(synthesize())
     assert [e.type for e in events] == ["error"]
-    assert Error.from_event(events[0]).text.startswith(wanted)
+    assert Error.from_event(events[0]).text.startswith(wanted) and Error.from_event(events[0]).code == code
 
 
 def test_a_busy_daemon_is_an_error_event(front):
@@ -114,7 +116,7 @@ def test_a_busy_daemon_is_an_error_event(front):
 
     with front.busy():
         (event,) = run(synthesize())
-    assert Error.from_event(event).text.startswith("rejected: busy"), event.data
+    assert Error.from_event(event).text.startswith("rejected: busy") and Error.from_event(event).code == "rejected"
 
 
 def test_a_client_that_disconnects_cancels_its_request(front):

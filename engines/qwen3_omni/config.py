@@ -61,6 +61,10 @@ class Qwen3OmniConfig:
         groups = t.need("num_code_groups")
         if cp.need("num_code_groups") != groups:
             raise ConfigError(f"{top.file}: {cp.key('num_code_groups')} differs from {t.key('num_code_groups')}")
+        if cp.need("hidden_size") != text.need("hidden_size"):  # Qwen3-Omni's predictor has no width projection
+            raise ConfigError(f"{top.file}: {cp.key('hidden_size')}={cp.need('hidden_size')} differs from "
+                              f"{text.key('hidden_size')}={text.need('hidden_size')} (the code predictor reads the "
+                              f"talker's hidden states as they are)")
         return cls(
             talker=stack_config(text, multimodal=True), predictor=stack_config(cp, multimodal=False),
             moe=MoEConfig(experts=text.need("num_experts", alias="num_local_experts"),

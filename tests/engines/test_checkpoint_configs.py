@@ -130,6 +130,17 @@ def test_a_missing_speech_tokenizer_key_is_refused_naming_it_and_the_file(tiny, 
         Qwen3TTSConfig.from_checkpoint(checkpoint)
 
 
+def test_an_omni_code_predictor_narrower_than_its_talker_is_refused_naming_both(tiny, tmp_path):
+    """transformers' Qwen3-Omni code predictor has no width projection (its norm would fail)."""
+    def narrower(config: dict) -> None:
+        config["talker_config"]["code_predictor_config"]["hidden_size"] += 8
+
+    checkpoint = with_configs(tiny["qwen3_omni"], "qwen3_omni", OLD, tmp_path, edit=narrower)
+    with pytest.raises(ConfigError, match=r"code_predictor_config.hidden_size=\d+ differs from "
+                                          r"talker_config.text_config.hidden_size=\d+"):
+        Qwen3OmniConfig.from_checkpoint(checkpoint)
+
+
 @pytest.mark.parametrize("layout,edit,message", [
     (OLD, lambda t: t["rope_scaling"].update(rope_type="yarn"), "talker_config.rope_scaling.rope_type='yarn' is not"),
     (NEW, lambda t: t["rope_parameters"].update(mrope_section=[1, 1, 1]), "mrope_section=.* summing to head_dim"),

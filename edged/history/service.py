@@ -59,12 +59,16 @@ class Reserve:
     voice: str | None
     local: bool
     """Played on the daemon's speaker: its DAC cursor is the evidence (client acks are ignored)."""
+    reservation: int = 0
+    """This speak's number (the router counts them): its Unreserve names it, so a rejected duplicate
+    of an id in flight takes back its own slot, not the reply's it duplicated."""
 
 
 @dataclass(frozen=True)
 class Unreserve:
     client: bytes
     id: Any
+    reservation: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,10 @@ class Record:
     ended: bool = False
     complete: bool = False
     """The reply finished (eos): all of its text was spoken."""
+    reservation: int = 0
+    previous: Record | None = None
+    """The record this one's reservation replaced under the same key, until the speak is known to be
+    admitted: a rejected one gives its key back to it (one level: an older one is let go)."""
     generated_ms: int = 0
     played_ms: int = 0
     cap_ms: int = INF
@@ -189,9 +197,9 @@ class History:
 
     # ----------------------------------------------------------------------------- from the loop
 
-    def unreserve(self, client: bytes, id: Any) -> None:
+    def unreserve(self, client: bytes, id: Any, reservation: int) -> None:
         """A speak with a session was rejected: its reserved slot goes."""
-        self.inbox.put(Unreserve(client, id))
+        self.inbox.put(Unreserve(client, id, reservation))
 
     def ended(self, client: bytes, id: Any, reason: str, generated_ms: int, played_ms: int | None,
               pcm: np.ndarray | None, sample_rate: int, text: str | None = None) -> None:
@@ -287,9 +295,7 @@ class History:
         if isinstance(c, Reserve):
             self._reserve(c)
         elif isinstance(c, Unreserve):
-            record = self.records.pop((c.client, c.id), None)
-            if record is not None:
-                self.store.delete(record.turn_id)
+            self._unreserve(c)
         elif isinstance(c, Ended):
             self._ended(c)
         elif isinstance(c, Ack):
@@ -306,7 +312,26 @@ class History:
     def _reserve(self, c: Reserve) -> None:
         key = (c.client, c.id)
         turn_id = self.store.append(c.session, "assistant", "", original=c.text, response_id=c.id, pending=True)
-        self.records[key] = Record(key, c.id, c.session, turn_id, c.text, c.voice, c.local)
+        previous = self.records.get(key)
+        if previous is not None:
+            previous.previous = None
+        self.records[key] = Record(key, c.id, c.session, turn_id, c.text, c.voice, c.local,
+                                   reservation=c.reservation, previous=previous)
+
+    def _unreserve(self, c: Unreserve) -> None:
+        """A rejected speak's slot goes; the record it replaced (a reply still in flight whose id it
+        duplicated, or a finished one whose acks may still come) gets its key back."""
+        key = (c.client, c.id)
+        record = self.records.get(key)
+        if record is not None and record.reservation == c.reservation:
+            self.store.delete(record.turn_id)
+            if record.previous is not None:
+                self.records[key] = record.previous
+            else:
+                del self.records[key]
+        elif record is not None and record.previous is not None and record.previous.reservation == c.reservation:
+            self.store.delete(record.previous.turn_id)
+            record.previous = None
 
     def _ended(self, c: Ended) -> None:
         record = self.records.get((c.client, c.id))

@@ -18,6 +18,8 @@ class Submit:
     report_codes: bool = False
     session: str | None = None
     """The conversation whose history gets this reply (the history thread reserved its slot)."""
+    reservation: int = 0
+    """The number of that reservation (history.service.Reserve)."""
 
 
 @dataclass(frozen=True)

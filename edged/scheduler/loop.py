@@ -211,7 +211,7 @@ class CohortLoop:
             self.counters.rejected += 1
             self.clients.rejected(s.client, s.request.id, reason)
             if s.session and self.history is not None:
-                self.history.unreserve(s.client, s.request.id)
+                self.history.unreserve(s.client, s.request.id, s.reservation)
             return
         self.counters.accepted += 1
         if s.play and self.speaker is not None:

@@ -8,6 +8,7 @@ forwards those replies to the ROUTER, so each socket is owned by exactly one thr
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -48,6 +49,8 @@ class Server:
         the voice thread (None: `voices` is answered here with `builtin_voices`, the artifact's
         speakers, and voice_add / voice_remove get `error` with `no_voices`)."""
         self.endpoint = endpoint
+        self.reservations = itertools.count(1)
+        """Each speak's number, for its history reservation."""
         self.curve = curve
         self.inbox = inbox
         self.frame_ms = frame_ms
@@ -142,11 +145,12 @@ class Server:
         if isinstance(message, wire.Speak):
             request = self._request(message, blob)
             session = message.session or None
+            reservation = next(self.reservations)
             if session is not None:  # the reply's slot in the history comes before anything sent after it
                 self._history(message).inbox.put(Reserve(client, message.id, session, message.text, message.voice,
-                                                         local=message.play))
+                                                         local=message.play, reservation=reservation))
             return Submit(client, request, stream=message.stream, format=message.format, play=message.play,
-                          report_codes=message.report_codes, session=session)
+                          report_codes=message.report_codes, session=session, reservation=reservation)
         if isinstance(message, wire.Text):
             return MoreText(client, message.id, message.text, message.final)
         if isinstance(message, wire.Cancel):

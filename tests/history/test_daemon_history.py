@@ -96,6 +96,41 @@ def test_a_stricter_final_ack_shortens_the_prefix(daemon):
     assert len(short) < len(long)
 
 
+def test_a_rejected_duplicate_id_leaves_the_reply_it_duplicated_its_turn(daemon):
+    """A second speak with the id of one in flight is rejected and leaves no turn; the first reply's
+    turn still settles with its acks (the duplicate's reservation took back only its own slot)."""
+    import msgpack
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 60000)
+    sock.connect(daemon.endpoint)
+
+    def send(**header) -> None:
+        sock.send(msgpack.packb(header))
+
+    def until(op: str) -> dict:
+        while (reply := msgpack.unpackb(sock.recv()))["op"] != op:
+            assert reply["op"] in ("accepted", "audio"), reply
+        return reply
+
+    try:
+        send(op="speak", id="B", text=TEXT, more_text=True, session="dup", play=False, max_audio_ms=4000)
+        until("accepted")
+        send(op="speak", id="B", text="Another text.", session="dup", play=False)
+        assert until("rejected")["reason"] == "duplicate id in flight"
+        send(op="text", id="B", text="", final=True)
+        assert until("done")["reason"] == "length"
+        send(op="ack", id="B", played_ms=1700, final=True)
+        send(op="history", session="dup", wait=True)
+        turns = until("history")["turns"]
+    finally:
+        sock.close()
+    assert turns == [{"role": "assistant", "content": expected_prefix(TEXT, 1700), "interrupted": True,
+                      "response_id": "B"}]
+
+
 def test_a_fully_played_finished_reply_keeps_its_whole_text(tmp_path, eos_artifact):
     """A reply that finishes (eos, on conftest's `eos_artifact`) and is heard to its end keeps its text."""
     art = eos_artifact[1]

@@ -246,9 +246,12 @@ MALFORMED = [
     (pack({"op": "ack", "id": "r1", "played_ms": float("nan")}), "ack.played_ms must be a finite number", "r1"),
     (pack({"op": "turn", "session": "s", "role": "bot", "content": "c"}),
      "turn.role must be one of 'user', 'system', 'assistant', got str 'bot'", None),
-    (pack({"op": "turn", "session": None, "role": "user", "content": "c"}), "turn.session must be a string, got nil",
+    (pack({"op": "turn", "session": None, "role": "user", "content": "c"}), "turn.session must be a non-empty string, got nil",
      None),
     (pack({"op": "history", "session": "s", "wait": "true"}), "history.wait must be a bool", None),
+    (pack({"op": "turn", "session": "", "role": "user", "content": "c"}),
+     "turn.session must be a non-empty string, got str ''", None),
+    (pack({"op": "history", "session": ""}), "history.session must be a non-empty string", None),
     # unknown fields
     (pack(speak_header(voise="vivian")), "speak: unknown field 'voise' (fields: id, text, more_text,", "r1"),
     (pack({"op": "status", "verbose": True}), "status: unknown field 'verbose' (fields: none)", None),

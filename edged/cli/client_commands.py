@@ -168,7 +168,10 @@ def _microphone(inp: dict) -> str:
 
 
 def _history(h: dict) -> str:
-    return (f"policy {h['policy']}, {h['replies']} replies tracked, {h['calibrating']} calibrating, "
+    if h.get("state") == "unavailable":  # no history: {state, error, path}
+        return f"unavailable ({h.get('error')})"
+    state = "" if h["state"] == "ok" else f"{h['state']} ({h['errors']} refused: {h['last_error']}), "
+    return (f"{state}policy {h['policy']}, {h['replies']} replies tracked, {h['calibrating']} calibrating, "
             f"{h['retained_bytes']} bytes of audio kept ({h['path']})")
 
 

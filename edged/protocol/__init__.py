@@ -45,6 +45,7 @@ from edged.protocol.checks import (
     ROLE,
     ROLES,
     SAMPLING,
+    SESSION,
     STR,
     TURNS,
     ProtocolError,
@@ -135,7 +136,7 @@ class Turn:
     """Append a turn to a session's history."""
 
     op: ClassVar[str] = "turn"
-    session: str = field(metadata=STR)
+    session: str = field(metadata=SESSION)
     role: str = field(metadata=ROLE)
     content: str = field(metadata=STR)
 
@@ -143,7 +144,7 @@ class Turn:
 @dataclass(frozen=True)
 class History:
     op: ClassVar[str] = "history"
-    session: str = field(metadata=STR)
+    session: str = field(metadata=SESSION)
     wait: bool = field(default=False, metadata=BOOL)
     """First wait (one bounded deadline) for the session's pending calibrations."""
     close: bool = field(default=False, metadata=BOOL)

@@ -83,6 +83,7 @@ def _one_of(values: tuple[str, ...]) -> Spec:
 ID = _kind(f"a non-empty string of at most {MAX_ID_CHARS} characters, or an integer", is_id)
 OPT_ID = _kind("an id or nil", lambda v: v is None or is_id(v))
 STR = _kind("a string", lambda v: isinstance(v, str))
+SESSION = _kind("a non-empty string", lambda v: isinstance(v, str) and v != "")
 OPT_STR = _kind("a string or nil", lambda v: v is None or isinstance(v, str))
 BOOL = _kind("a bool", lambda v: isinstance(v, bool))
 INT_GE0 = _kind("an integer >= 0", lambda v: _is_int(v) and v >= 0)

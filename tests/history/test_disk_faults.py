@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -52,6 +55,10 @@ def test_a_corrupt_file_with_refuse_is_kept_and_the_daemon_speaks_without_histor
                                                     r"without a session"):
                 client.speak("With a session.", session="s", play=False).wait()
             serve_plain(client)
+        shown = subprocess.run([sys.executable, "-m", "edged", "status", "--endpoint", daemon.endpoint],
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert re.search(r"^history +unavailable \(.*not a database.*\)$", shown.stdout, re.M), shown.stdout
         assert path.read_bytes() == GARBAGE and "history unavailable, serving without it" in daemon.read_log()
     finally:
         assert daemon.terminate() == 0

@@ -217,7 +217,8 @@ class Daemon:
             history = History(store, policy, rates, context=zmq.Context.instance(), replies=REPLIES,
                               max_bytes=h.max_audio_bytes, timeout_s=h.timeout_ms / 1000, wait_s=h.wait_ms / 1000)
         except (sqlite3.Error, OSError) as exc:
-            self.history_error = f"{self.config.history_path}: {exc}"
+            path = str(self.config.history_path)  # Corrupt names the file itself; SQLite's and OS errors may not
+            self.history_error = str(exc) if path in str(exc) else f"{path}: {exc}"
             log.error("history unavailable, serving without it: %s", self.history_error)
             return None, None
         log.info("history: %s (policy %s)", store.path, h.policy)

@@ -90,8 +90,10 @@ class Store:
             self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             self.db.close()
-            if isinstance(exc, Corrupt) or getattr(exc, "sqlite_errorcode", None) in CORRUPT_CODES \
-                    or "not a database" in str(exc) or "malformed" in str(exc):
+            if isinstance(exc, Corrupt):  # already names the file
+                raise
+            if getattr(exc, "sqlite_errorcode", None) in CORRUPT_CODES or "not a database" in str(exc) \
+                    or "malformed" in str(exc):
                 raise Corrupt(f"{self.path}: {exc}") from exc
             raise
 

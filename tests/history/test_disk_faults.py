@@ -51,6 +51,7 @@ def test_a_corrupt_file_with_refuse_is_kept_and_the_daemon_speaks_without_histor
         with Client(daemon.endpoint, timeout_s=30) as client:
             history = client.status()["history"]
             assert history["state"] == "unavailable" and "not a database" in history["error"]
+            assert history["error"].count(str(path)) == 1, history["error"]  # the file named once
             with pytest.raises(ProtocolError, match=r"speak: history unavailable \(.*not a database.*\): speak "
                                                     r"without a session"):
                 client.speak("With a session.", session="s", play=False).wait()

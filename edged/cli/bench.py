@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from edged.artifact import ArtifactError, load_artifact
-from edged.backends import EngineError, make_backend
+from edged.backends import EngineError
 from edged.bench import Timed, requests, timed
-from edged.cli.synth import _threads
+from edged.cli.synth import offline_backend, thread_plan
 from edged.config import ThreadPlan
 from edged.request import SamplingError
 from edged.synth import RequestError, Synthesizer
@@ -32,7 +32,7 @@ def add_parser(commands) -> None:
     p.add_argument("--voice", default=None, help="a speaker of the artifact (default: the model's default)")
     p.add_argument("--language", default=None, help="a language of the artifact (default: auto)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
-    p.add_argument("--threads", type=_threads, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]",
+    p.add_argument("--threads", type=thread_plan, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]",
                    help="engine threads per stage, as [daemon.threads] (default: generation=1,vocoder=1)")
     p.set_defaults(run=run)
 
@@ -46,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
         if any(not 1 <= b <= artifact.max_batch for b in batches):
             raise RequestError(f"--batch must be in 1..{artifact.max_batch} (the artifact's max_batch)")
         plan: ThreadPlan = args.threads
-        try:
-            backend = make_backend(args.backend, plan.generation)
-        except ImportError as exc:
-            raise RequestError(str(exc)) from None
+        backend = offline_backend(args.backend, plan.generation)
         print(machine(args, artifact.path), flush=True)
         print("\n| batch | RTF | frames/s | x batch 1 | gen ms/step | voc ms/step | first audio ms | spread |\n"
               "|---|---|---|---|---|---|---|---|", flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edged.artifact import ArtifactError, load_artifact
 from edged.audio.wav import read_wav, write_wav
-from edged.backends import EngineError, make_backend
+from edged.backends import Backend, EngineError, make_backend
 from edged.clone import BadReference, VoiceEncoder, reference_pcm
 from edged.clone.reference import MAX_REFERENCE_MS, MIN_REFERENCE_MS
 from edged.config import ConfigError, ThreadPlan
@@ -46,17 +46,26 @@ def add_parser(commands) -> None:
                         "in context with --ref-text")
     p.add_argument("--ref-text", default=None, help="what --ref-audio says: clone in context (ICL)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "tensorrt"])
-    p.add_argument("--threads", type=_threads, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]",
+    p.add_argument("--threads", type=thread_plan, default=ThreadPlan(), metavar="STAGE=N[,STAGE=N...]",
                    help="engine threads per stage, as [daemon.threads]: generation (default 1), vocoder (default 1, "
                         "on a thread of its own; 0: after each step on generation's), clone_encoder (default 1)")
     p.set_defaults(run=run)
 
 
-def _threads(text: str) -> ThreadPlan:
+def thread_plan(text: str) -> ThreadPlan:
+    """--threads as argparse reads it (`edged synth`, `edged bench`)."""
     try:
         return ThreadPlan.parse(text)
     except ConfigError as exc:  # argparse names the option and exits 2
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def offline_backend(name: str, threads: int) -> Backend:
+    """The backend an offline command runs on; one whose packages are missing is a RequestError."""
+    try:
+        return make_backend(name, threads)
+    except ImportError as exc:  # tensorrt without its packages
+        raise RequestError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
         if args.speaker is not None and args.ref_audio is not None:
             raise RequestError("--speaker and --ref-audio both name the voice: give one")
         threads: ThreadPlan = args.threads
-        try:
-            backend = make_backend(args.backend, threads.generation)
-        except ImportError as exc:  # tensorrt without its packages
-            raise RequestError(str(exc)) from None
+        backend = offline_backend(args.backend, threads.generation)
         try:
             clone = _clone(artifact, backend, threads, args.ref_audio, args.ref_text) if args.ref_audio else None
             request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,

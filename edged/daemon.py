@@ -120,6 +120,7 @@ class Daemon:
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
                           history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000)
         loop.around.claimed, loop.around.history, loop.around.voices = claimed, self._history_status, self._voices_status
+        loop.around.events = cfg.events_endpoint
         self._devices(loop)
         server.start()
         if self.history is not None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from edged.config import default_endpoint
+from edged.locate import NoDaemon, candidates, daemon_endpoint
 
 EXIT_FAILED = 1
 EXIT_REJECTED = 2
@@ -53,7 +53,8 @@ def add_parser(commands) -> None:
 
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--endpoint", default=None, help=f"daemon endpoint (default: {default_endpoint()})")
+    p.add_argument("--endpoint", default=None,
+                   help=f"daemon endpoint (default: the first of {', '.join(map(str, candidates()))} a daemon listens on)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon (default: 60)")
     p.add_argument("--server-key", default=None,
                    help="tcp:// with CURVE: the daemon's public key, Z85 or its .key file (default: $EDGED_SERVER_KEY)")
@@ -62,14 +63,14 @@ def _endpoint(p: argparse.ArgumentParser) -> None:
 
 
 def reached(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`command`, with a daemon it cannot reach (no answer in --timeout, a key it cannot use, a
-    protocol error) printed as `edged NAME: what` and exit code 1."""
+    """`command`, with a daemon it cannot reach (none listening, no answer in --timeout, a key it cannot
+    use, a protocol error) printed as `edged NAME: what` and exit code 1."""
     def run(args: argparse.Namespace) -> int:
         from edged.protocol import ProtocolError
 
         try:
             return command(args)
-        except (TimeoutError, ValueError, ProtocolError) as exc:
+        except (NoDaemon, TimeoutError, ValueError, ProtocolError) as exc:
             print(f"edged {args.command}: {exc}", file=sys.stderr)
             return EXIT_FAILED
     return run
@@ -78,7 +79,7 @@ def reached(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 def _client(args: argparse.Namespace):
     from edged.client import Client
 
-    return Client(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
+    return Client(daemon_endpoint(args.endpoint), timeout_s=args.timeout, server_key=args.server_key,
                   certificate=args.client_cert)
 
 

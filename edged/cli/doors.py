@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from edged.cli.client_commands import _endpoint
-from edged.config import default_endpoint
+from edged.locate import preferred_endpoint
 
 log = logging.getLogger("edged.doors")
 
@@ -63,7 +63,7 @@ def _link(args: argparse.Namespace):
     from edged.doors.link import DaemonLink
 
     try:
-        return DaemonLink(args.endpoint or default_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
+        return DaemonLink(args.endpoint or preferred_endpoint(), timeout_s=args.timeout, server_key=args.server_key,
                           certificate=args.client_cert)
     except ValueError as exc:  # a key file that cannot be used
         raise Refused(exc) from None

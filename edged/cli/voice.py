@@ -29,7 +29,7 @@ def add_parser(commands) -> None:
     source.add_argument("--record", type=float, metavar="SECONDS",
                         help="record this long from the daemon's microphone (its event socket's mic audio)")
     a.add_argument("--ref-text", default=None, help="what the recording says: clone in context (ICL)")
-    a.add_argument("--events", default=None, help="--record: the daemon's event socket (default: the config's)")
+    a.add_argument("--events", default=None, help="--record: the daemon's event socket (default: the one its status names)")
     _endpoint(a)
     a.set_defaults(run=reached(add))
     ls = sub.add_parser("list", help="list the voices a speak may name")
@@ -51,23 +51,22 @@ def add(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"edged voice: {args.audio}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_FAILED
-    else:
-        pcm, rate = record(args), 16000
     with _client(args) as client:
+        if args.audio is None:
+            pcm, rate = record(args, args.events or client.status()["events"]), 16000
         voice = client.voice_add(args.name, pcm, rate, ref_text=args.ref_text)
     print(json.dumps(voice))
     return 0
 
 
-def record(args: argparse.Namespace) -> np.ndarray:
-    """`args.record` seconds of the daemon's microphone, from its `mic` events (16 kHz s16le)."""
+def record(args: argparse.Namespace, endpoint: str | None) -> np.ndarray:
+    """`args.record` seconds of the daemon's microphone, from the `mic` events of its event socket at
+    `endpoint` (16 kHz s16le)."""
     import msgpack
 
     from edged.audio.wav import from_s16
     from edged.client import subscribe
-    from edged.config import load_config
 
-    endpoint = args.events or load_config(None).events_endpoint
     if not endpoint:
         raise ValueError("the daemon's event socket is off (events.listen = \"none\"): --record needs it")
     if args.record <= 0:

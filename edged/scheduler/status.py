@@ -31,6 +31,8 @@ class Surroundings:
     """The enrolled voices' status (voice cloning)."""
     claimed: dict[str, int] = field(default_factory=dict)
     """Bytes claimed at boot, per part."""
+    events: str | None = None
+    """The event socket's endpoint (None: events.listen = "none")."""
 
 
 def status(loop: CohortLoop) -> dict[str, Any]:
@@ -55,4 +57,5 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "playing": len(s.playing),
         "history": loop.around.history(),
         "voices": loop.around.voices(),
+        "events": loop.around.events,
     }

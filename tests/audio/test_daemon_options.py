@@ -45,7 +45,8 @@ def test_without_barge_in_user_speech_is_heard_but_never_cuts_the_reply(rig):
 def test_voice_add_records_the_daemons_own_microphone(rig, capsys):
     """`edged voice add NAME --record S`: S seconds of the `mic` events (16 kHz, as the daemon hears
     its microphone) become the reference of an enrolled voice (the built-in artifact has a clone
-    encoder); the daemon refuses a silent one, so an enrolled voice means the speech came through."""
+    encoder); the daemon refuses a silent one, so an enrolled voice means the speech came through.
+    The event socket is the one the daemon's status names."""
     import json
 
     from edged.cli import main
@@ -53,8 +54,7 @@ def test_voice_add_records_the_daemons_own_microphone(rig, capsys):
     daemon, bay, sub, client, speech = rig
     bay.patch(record=False, voice=True)
     bay.say(speech)
-    code = main(["voice", "add", "from-the-mic", "--record", "1.5", "--events", f"ipc://{daemon.tmp / 'events.sock'}",
-                 "--endpoint", daemon.endpoint])
+    code = main(["voice", "add", "from-the-mic", "--record", "1.5", "--endpoint", daemon.endpoint])  # events: from status
     out = capsys.readouterr()
     assert code == 0, out.err
     voice = json.loads(out.out)

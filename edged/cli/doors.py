@@ -16,12 +16,22 @@ from edged.locate import preferred_endpoint
 
 log = logging.getLogger("edged.doors")
 
-MISSING = "the front doors need their packages: pip install 'edged[doors]'"
+MISSING = "the front doors need their packages (the doors extra): .venv/bin/pip install -e '.[doors]' in edged's checkout"
+LOCAL_URI, NETWORK_URI = "tcp://127.0.0.1:10200", "tcp://0.0.0.0:10200"
+
+
+def wyoming_uri(uri: str | None, zeroconf: str | None) -> str:
+    """Where `edged wyoming` listens: --uri, else this machine only, or every interface when the
+    service is advertised on the network (an advertised loopback address reaches no other machine)."""
+    if uri is not None:
+        return uri
+    return NETWORK_URI if zeroconf is not None else LOCAL_URI
 
 
 def add_parser(commands) -> None:
     p = commands.add_parser("wyoming", help="serve the daemon as a Wyoming TTS service (Home Assistant)")
-    p.add_argument("--uri", default="tcp://127.0.0.1:10200", help="where to listen: tcp://HOST:PORT or unix://PATH (default: tcp://127.0.0.1:10200)")
+    p.add_argument("--uri", default=None, help=f"where to listen: tcp://HOST:PORT or unix://PATH (default: {LOCAL_URI}; "
+                                                f"with --zeroconf {NETWORK_URI}, so that what is advertised can be reached)")
     p.add_argument("--zeroconf", nargs="?", const="edged", default=None, metavar="NAME",
                    help="advertise the service over mDNS (_wyoming._tcp) as NAME (default: edged), for discovery")
     p.add_argument("--play-local", action="store_true",
@@ -80,6 +90,7 @@ def wyoming(args: argparse.Namespace) -> int:
 
     from edged.doors.wyoming import WyomingDoor
 
+    args.uri = wyoming_uri(args.uri, args.zeroconf)
     uri = urlparse(args.uri)
     if args.zeroconf is not None and uri.scheme != "tcp":
         raise Refused(f"--zeroconf needs a tcp:// --uri, not {args.uri}")
@@ -95,6 +106,9 @@ def wyoming(args: argparse.Namespace) -> int:
             from zeroconf import NonUniqueNameException
 
             host = uri.hostname if uri.hostname not in (None, "0.0.0.0", "") else None
+            if host is not None and host.startswith("127."):
+                log.warning("advertising %s over mDNS: only this machine can reach it (listen on tcp://0.0.0.0:PORT "
+                            "for Home Assistant on another machine)", host)
             try:
                 await HomeAssistantZeroconf(port=uri.port or 10200, name=args.zeroconf, host=host).register_server()
             except NonUniqueNameException:

@@ -28,3 +28,13 @@ def test_an_empty_key_file_is_refused(tmp_path):
     (tmp_path / "key").write_text("\n")
     done = edged("http", "--api-key-file", str(tmp_path / "key"))
     assert done.returncode == 2 and done.stderr == f"edged http: --api-key-file {tmp_path / 'key'} is empty\n"
+
+
+def test_zeroconf_without_a_uri_listens_where_the_network_reaches_it():
+    """An advertised service must be reachable: --zeroconf alone listens on every interface; without
+    --zeroconf (and whenever --uri is given) the door listens where it is told."""
+    from edged.cli.doors import wyoming_uri
+
+    assert wyoming_uri(None, "edged") == "tcp://0.0.0.0:10200"
+    assert wyoming_uri(None, None) == "tcp://127.0.0.1:10200"
+    assert wyoming_uri("tcp://192.0.2.7:10300", "edged") == "tcp://192.0.2.7:10300"

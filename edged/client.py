@@ -35,6 +35,7 @@ import zmq
 
 from edged import protocol
 from edged.audio.wav import to_s16
+from edged.locate import daemon_endpoint
 from edged.protocol import Accepted, Done, Error, HistoryReply, Id, ProtocolError, Rejected, StatusReply
 from edged.server.curve import client_options
 from edged.server.sockets import TCP, connect
@@ -242,7 +243,9 @@ def media_frame(hidden: np.ndarray) -> bytes:
 
 
 class Client:
-    """A connection to the daemon at `endpoint` (e.g. "ipc:///run/edged/edged.sock").
+    """A connection to the daemon at `endpoint` (e.g. "ipc:///run/edged/edged.sock"). None: the first
+    socket a daemon listens on of this user's own and the system daemon's (as `edged say` finds it;
+    edged.locate), else NoDaemon naming both.
 
     `timeout_s` bounds every wait for one reply (the next event of an utterance, a status or a
     history), not a whole utterance; it raises TimeoutError naming what was awaited. An `error`
@@ -250,9 +253,10 @@ class Client:
     names no id the client is waiting on, from whichever call waits next.
     """
 
-    def __init__(self, endpoint: str, timeout_s: float = 30.0, *, context: zmq.Context | None = None,
+    def __init__(self, endpoint: str | None = None, timeout_s: float = 30.0, *, context: zmq.Context | None = None,
                  server_key: str | None = None, certificate: str | None = None):
         """server_key, certificate: CURVE over tcp:// (module docstring); ValueError names a bad key file."""
+        endpoint = endpoint if endpoint is not None else daemon_endpoint()
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._socket = connect(context or zmq.Context.instance(), zmq.DEALER, endpoint,

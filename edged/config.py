@@ -58,7 +58,7 @@ def default_endpoint() -> str:
 class ThreadPlan:
     """Engine threads per stage (ONNX Runtime's intra-op threads; TensorRT runs every stage on the GPU,
     on the loop's one CUDA stream, and reads none of them but clone_encoder). The defaults put
-    generation and the vocoder on a core each of a 2-core CPU (measured in docs/performance.md)."""
+    generation and the vocoder on a core each of a 2-core CPU (measured in docs/dev/performance.md)."""
 
     generation: int = 1
     """The talker and its code predictor, on the cohort loop's thread."""

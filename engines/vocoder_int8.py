@@ -1,7 +1,7 @@
 """The int8 vocoder: the vocoder graph's convolutions as dynamically quantized 8-bit products, for
 ONNX Runtime on a CPU (`edged-engines quantize --vocoder int8`).
 
-The vocoder's time is its convolutions' arithmetic, not its weights' bytes (docs/performance.md, "The
+The vocoder's time is its convolutions' arithmetic, not its weights' bytes (docs/dev/performance.md, "The
 vocoder graph alone"): fp32 Conv runs near a core's fp32 peak, so only narrower arithmetic makes it
 cheaper. Each dense Conv (stride 1, no padding: the causal ones read their left tail from the state)
 and each upsampling ConvTranspose (kernel 2 x stride) becomes one matrix product in 8 bits:

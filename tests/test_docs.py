@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "edged" / "audio" / "README.md"]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "dev").glob("*.md")),
+         ROOT / "edged" / "audio" / "README.md"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -50,3 +51,9 @@ def test_every_docs_page_is_linked_from_the_readme():
     readme = (ROOT / "README.md").read_text()
     unlinked = [p.name for p in (ROOT / "docs").glob("*.md") if f"(docs/{p.name}" not in readme]
     assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+def test_every_engineering_page_is_linked_from_its_index():
+    index = (ROOT / "docs" / "dev" / "README.md").read_text()
+    unlinked = [p.name for p in (ROOT / "docs" / "dev").glob("*.md") if p.name != "README.md" and f"({p.name}" not in index]
+    assert not unlinked, f"docs/dev pages docs/dev/README.md does not link: {unlinked}"

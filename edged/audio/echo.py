@@ -4,7 +4,7 @@ The daemon knows what it played: the speaker's tap holds every sample sent to th
 listener reads it as a second stream beside the microphone's, so the echo lags its reference by the
 output and input latency and the room's own delay. What is left for this module is the room: a
 loudspeaker a few centimetres from the microphone, whose echo is louder than any user and whose
-reverberation lasts a few hundred ms (docs/audio.md has the measurements behind each choice).
+reverberation lasts a few hundred ms (docs/dev/echo.md has the measurements behind each choice).
 
 - **Where the echo starts.** The reference is delayed by `lag` before the filter: the known latency
   (given by the listener: the speaker's DAC latency plus the microphone's) less LEAD_BLOCKS blocks,
@@ -68,7 +68,7 @@ UNCERTAINTY_FLOOR = 1e-3
 """No tap after the direct path is more certain than this share of the prior. Process noise scales
 with a tap's power, so a tap learned silent (the tail of a dry room) grew certain of it; carried into
 a more reverberant room, that tail's echo was then neither relearned nor expected by the suppressor,
-and replies cut themselves off in their first seconds (docs/audio.md, "Carried into another room").
+and replies cut themselves off in their first seconds (docs/dev/echo.md, "Carried into another room").
 The taps before the direct path keep no floor: there it made the first block of a path change
 mid-reply pass for the user."""
 NEAR_END_SMOOTHING = 0.5

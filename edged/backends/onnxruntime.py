@@ -42,7 +42,7 @@ class OrtEngine(Engine):
 
 ACCURACY_LEVEL = "4"
 """MatMulNBits' compute type for quantized weights: 4 = int8 activations (3-4x faster than 0, fp32
-activations, on this project's CPUs; docs/performance.md, "8- and 4-bit weights", measures what it costs)."""
+activations, on this project's CPUs; docs/dev/performance.md, "8- and 4-bit weights", measures what it costs)."""
 
 
 class OrtBackend(Backend):

@@ -4,7 +4,7 @@ Commands come from the server thread (`VoiceCommand`: a `voice_add`, `voice_remo
 message and the client that sent it); replies leave through this thread's own PUSH socket into the
 server's reply pipe, like the history thread's. A reference is encoded here, by the clone encoder's
 own ONNX Runtime sessions, so the cohort loop never waits for it: running replies only share the
-CPU with it (docs/performance.md, "Voice cloning", measures what that costs them).
+CPU with it (docs/dev/performance.md, "Voice cloning", measures what that costs them).
 
 `VoiceBook` is what the server thread reads when a speak names a voice: this thread replaces its
 map whole (one assignment), so a reader never sees half an update.

@@ -2,7 +2,7 @@
 (`model`, exported with `engines.talker`), its code2wav as the shared streaming codec (`codec`),
 tiny random checkpoints made with the library's own classes (`tiny`), the artifact (`artifact`)
 and the library's own generation run as the tests compare with it (`reference`). The runtime side
-is `edged/families/qwen3_omni.py` and the `segments` layout; docs/qwen3-omni.md says what the
+is `edged/families/qwen3_omni.py` and the `segments` layout; docs/dev/qwen3-omni.md says what the
 reference does. Torch and transformers are imported when a function is called, not here."""
 
 from __future__ import annotations

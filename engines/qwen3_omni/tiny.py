@@ -62,7 +62,7 @@ TINY = dict(hidden=32, heads=4, kv_heads=2, head_dim=8, thinker_hidden=32, think
 REAL = dict(hidden=1024, heads=16, kv_heads=2, head_dim=128, thinker_hidden=2048, thinker_heads=16,
             thinker_vocab=152064, projection=2048, expert_width=384, shared_width=768, cp_hidden=1024,
             cp_intermediate=3072, cp_heads=16, cp_kv_heads=8, code2wav={})
-"""Qwen3-Omni-30B-A3B's talker, code predictor and code2wav widths (docs/qwen3-omni.md §1); the
+"""Qwen3-Omni-30B-A3B's talker, code predictor and code2wav widths (docs/dev/qwen3-omni.md §1); the
 thinker keeps only its vocabulary and width (its embed_tokens feeds the talker) with one small layer."""
 
 

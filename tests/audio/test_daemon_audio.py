@@ -171,7 +171,7 @@ def test_user_speech_barges_in(rig):
     room would mix them: the echo canceller removes the voice, the VAD hears the user. Each take
     speaks in its own session."""
     daemon, bay, sub, client, speech = rig
-    # Not measured here: the first reply whose echo the canceller hears is its cold case (docs/audio.md,
+    # Not measured here: the first reply whose echo the canceller hears is its cold case (docs/dev/echo.md,
     # "The first barge-in on the wire": a short first word is suppressed with the echo it is still
     # learning). One unmeasured barge-in first.
     quiet(client, bay)

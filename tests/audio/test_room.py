@@ -95,9 +95,9 @@ def test_replies_are_never_cut_by_their_own_echo(room):
     """1. The first reply after boot: the canceller has heard nothing of this room. 2. The first
     after someone moved (a path change between replies). 3. The first in a drier room (every tap of
     the learned room is wrong at once). 4. The first back in the first room, more reverberant: its
-    tail lies where the drier room's filter learned silence (docs/audio.md, "Carried into another
+    tail lies where the drier room's filter learned silence (docs/dev/echo.md, "Carried into another
     room"). The VAD may start on the residual of a filter still learning the room (about one run in
-    five, the first reply in the drier room, about 2 s in: docs/audio.md); the gate must refuse it."""
+    five, the first reply in the drier room, about 2 s in: docs/dev/echo.md); the gate must refuse it."""
     if room.voice != "speech":
         pytest.skip("babble never sounds like speech to the VAD: only speech can cut itself off")
     client, sub = room.client, room.sub

@@ -58,13 +58,20 @@ def test_a_socket_nobody_listens_on_is_named_as_such(tmp_path, monkeypatch):
     assert done.returncode == 1 and "nothing listens on it" in done.stderr, done.stderr
 
 
-def test_this_users_daemon_comes_first(start_daemon, tmp_path):
+def test_this_users_daemon_comes_first(start_daemon, tmp_path, monkeypatch):
+    """The command and the library alike (`Client()` with no endpoint)."""
+    from edged.client import Client
+
     runtime = tmp_path / "runtime"
     (runtime / "edged").mkdir(parents=True)
     start_daemon(endpoint=f"ipc://{runtime}/edged/edged.sock")
     done = edged("status", "--json", env=user_env(runtime))
     assert done.returncode == 0, done.stderr
     assert '"state": "serving"' in done.stdout
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    with Client(timeout_s=30) as client:
+        assert client.endpoint == f"ipc://{runtime}/edged/edged.sock" and client.status()["state"] == "serving"
 
 
 @ROOT_AND_UNSHARE

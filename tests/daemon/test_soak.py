@@ -1,7 +1,7 @@
 """The soak (scripts/soak.py), shorter: 150 mixed requests (whole, streamed text, cancelled, clients
 vanishing mid-stream, history) through the real daemon; after warm-up its file descriptors and
 threads do not grow at all, and its resident memory levels off: over the second half of the requests
-it grows by at most the KiB per request docs/performance.md states."""
+it grows by at most the KiB per request docs/dev/performance.md states."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ REF_TEXT = "This is how I sound."
 FRAMES = 12
 GAP_FACTOR = 5
 """A chunk gap while a voice is encoded, against the longest without: the two cores are shared with the
-encode (docs/performance.md, "Voice cloning": the worst gap grows 1.4x on the tiny model; 1.2-3.3x here
+encode (docs/dev/performance.md, "Voice cloning": the worst gap grows 1.4x on the tiny model; 1.2-3.3x here
 on a loaded machine)."""
 
 
@@ -205,7 +205,7 @@ def test_replies_keep_coming_while_a_voice_is_enrolled(tmp_path):
        with nothing else going on, or of this one before the encode (a loop that waited for the
        encode would show one gap as long as the encode, 20 or more of those);
     2. the reply makes the frames and PCM of the same reply with nothing else going on.
-    (How much the shared CPU slows it: docs/performance.md, "Voice cloning", scripts/bench/clone.py.)"""
+    (How much the shared CPU slows it: docs/dev/performance.md, "Voice cloning", scripts/bench/clone.py.)"""
     import threading
 
     before = 10  # chunks before the enrollment is sent

@@ -3,7 +3,7 @@ quantization itself, the forms each backend runs (cpu: DequantizeLinear before e
 one product reads, which ONNX Runtime fuses into MatMulNBits; jetson: INT4 in 64/128-row blocks with
 fp16 scales around an fp16 product, what TensorRT 10.3 builds into INT4-weight GEMMs), the manifest
 that says which, the CLI, and the teacher-forced comparison with fp32 (scripts/quant_quality.py)
-that docs/performance.md's quality table comes from."""
+that docs/dev/performance.md's quality table comes from."""
 
 from __future__ import annotations
 

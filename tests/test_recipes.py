@@ -1,0 +1,93 @@
+"""The README's recipes run as written: each `<!-- recipe: NAME -->` block's commands, in order, in
+bash from the repository's root, in a home directory of the test's own (HOME, the runtime and state
+directories, the Hugging Face cache), with these stand-ins for what this machine has not got:
+
+- a command that installs what `make test` has just installed (`make install-dev`, the doors extra)
+  is not run again;
+- a server started with `&` is waited for before the next command, as a person would wait for it
+  (the daemon: until `edged status` answers; a front door: until its port accepts connections);
+- the Hugging Face Hub is a local endpoint serving a tiny checkpoint under the released repo's name
+  (HF_ENDPOINT), and the LLM a local server streaming a chat completion on the recipe's URL;
+- the systemd recipe runs in tests/systemd/test_install.py, in a private mount namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = re.compile(r"<!-- recipe: (\w+) -->\n```sh\n(.*?)```", re.S)
+INSTALLED_BY_MAKE_TEST = {"make install-dev", ".venv/bin/pip install -e .[doors]"}
+
+
+def recipes() -> dict[str, list[str]]:
+    """name -> its command lines, as written (continued lines joined)."""
+    return {name: [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+            for name, block in RECIPE.findall((ROOT / "README.md").read_text())}
+
+
+def words(line: str) -> list[str]:
+    """A command line's words, its comment dropped (for reading it; it runs as written)."""
+    return shlex.split(line, comments=True)
+
+
+def waiting_for(line: str) -> str | None:
+    """The shell line that waits until the server started by `line` (run with &) serves, or None."""
+    command = words(line)
+    if command[-1:] != ["&"]:
+        return None
+    if command[:2] == [".venv/bin/edged", "serve"]:
+        check = ".venv/bin/edged status >/dev/null 2>&1"
+    elif command[:2] == [".venv/bin/edged", "wyoming"]:
+        port = command[command.index("--uri") + 1].rpartition(":")[2] if "--uri" in command else "10200"
+        check = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
+    elif command[:2] == [".venv/bin/edged", "http"]:
+        port = command[command.index("--listen") + 1].rpartition(":")[2] if "--listen" in command else "8880"
+        check = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
+    else:
+        return None
+    return f"for _ in $(seq 600); do {check} && break; sleep 0.1; done; {check}"
+
+
+def script(lines: list[str]) -> str:
+    out = ["set -euo pipefail"]
+    for line in lines:
+        if " ".join(words(line)) in INSTALLED_BY_MAKE_TEST:
+            continue
+        out.append(line)
+        if wait := waiting_for(line):
+            out.append(wait)
+    return "\n".join(out) + "\n"
+
+
+def run_recipe(name: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RUNTIME_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET", "XDG_STATE_HOME", "HF_HUB_OFFLINE",
+                         "HF_HOME", "HF_HUB_CACHE")}
+    done = subprocess.run(["bash", "-c", script(recipes()[name])], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**base, "HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run"), **env})
+    assert done.returncode == 0, f"recipe {name} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_every_recipe_is_run_by_a_test():
+    assert sorted(recipes()) == ["doors", "laptop", "llm", "model", "systemd"]
+
+
+def test_the_laptop_recipe(tmp_path):
+    done = run_recipe("laptop", tmp_path)
+    assert "wrote out/hello.wav" in done.stdout
+    assert '"reason": "' in done.stdout  # edged say's report
+    assert re.search(r"^state\s+serving$", done.stdout, re.M)  # edged status
+
+
+if __name__ == "__main__":
+    for name, commands in recipes().items():
+        print(f"# {name}\n{script(commands)}")

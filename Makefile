@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 TEXT   ?= Hello from edged, speaking on the built-in tiny model.
 
-.PHONY: run test install install-dev system-deps bench lint clean
+.PHONY: run test install install-dev install-system system-deps bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[export,test,systemd,doors,bench]'
 	$(BIN)/pip install -q --no-deps qwen-tts==0.1.1
 	$(BIN)/pip install -q --no-deps silero-vad==6.2.3
+
+# edged as a systemd service (as root): a venv in /opt/edged, user edged, the unit, /etc/edged/edged.toml,
+# started. PREFIX=DIR, DOORS=1 (the front doors), JETSON=1|0, START=0: scripts/install-system.sh, docs/daemon.md.
+install-system:
+	bash scripts/install-system.sh
 
 # Starts the daemon on the built-in tiny artifact, speaks TEXT through it, stops it.
 run: install

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from edged.backends import kernels
 from edged.backends.plan_file import write_plan
+from edged.backends.tensorrt_version import refusal
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from engines.weight_form import FormError, form, vocoder_form
 
@@ -163,6 +164,9 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
     import pycuda.driver as cuda
     import tensorrt as trt
 
+    too_old = refusal(trt.__version__)
+    if too_old:
+        raise SystemExit(f"edged-engines plans: {too_old}")
     manifest = json.loads((artifact / "artifact.json").read_text())
     refused = weights_refusal(manifest["model"])
     if refused:

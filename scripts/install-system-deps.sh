@@ -2,8 +2,9 @@
 # Debian/Ubuntu packages that edged's tests and daemon need beyond pip. Idempotent.
 #
 #   libsystemd-dev pkg-config gcc   build systemd-python (the `systemd` extra; PyPI has no wheels)
-#   python3-dev                     Python.h, only when the interpreter below has none
+#   python3-dev                     Python.h of the system's python3, which `make install-system` builds with
 #   systemd                         systemd-journald, journalctl, systemd-analyze, systemd-sysusers
+#   python3-venv                    the virtual environment `make install-system` makes (tests/systemd/test_install.py)
 #   util-linux mount                unshare(1) and mount(8): the journald and unit tests
 #   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
 #   procps                          pgrep: the audio tests check that no JACK server runs before clearing its leftovers
@@ -12,14 +13,10 @@
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
 # is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.
-# PYTHON (default python3) is the interpreter the virtual environment is made from.
 set -euo pipefail
 
-PYTHON=${PYTHON:-python3}
-packages=(libsystemd-dev pkg-config gcc systemd util-linux mount jackd2 libportaudio2 espeak-ng procps libspeexdsp1)
-if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
-    packages+=(python3-dev)
-fi
+packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd util-linux mount jackd2 libportaudio2 espeak-ng
+          procps libspeexdsp1)
 
 missing=()
 for package in "${packages[@]}"; do

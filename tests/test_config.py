@@ -12,6 +12,8 @@ import pytest
 
 from edged.config import Config, ConfigError, ThreadPlan, default_endpoint, load_config, runtime_dir, state_dir
 
+INSTALLED_CONFIG = Path(__file__).resolve().parents[1] / "systemd" / "edged.toml"
+
 
 def write(tmp_path, text: str):
     path = tmp_path / "edged.toml"
@@ -43,6 +45,30 @@ def test_the_documented_config_block_is_every_key_at_its_default(tmp_path):
                     assert re.search(rf"^{sub.name} = ", block, re.M), f"docs/configuration.md misses {name}.{sub.name}"
             else:
                 assert re.search(rf"^#? ?{key.name} = ", block, re.M), f"docs/configuration.md misses {section.name}.{key.name}"
+
+
+def commented_out(block: str) -> str:
+    """The documented block as /etc/edged/edged.toml has it: every key line commented out ("# "), the
+    comment lines that continue one moved with it; section headers and comments as they are."""
+    lines = []
+    for line in block.strip("\n").splitlines():
+        if re.match(r"[a-z_]+ = ", line):
+            lines.append("# " + line)
+        else:
+            lines.append("  " + line if line.startswith(" ") else line)
+    return "\n".join(lines) + "\n"
+
+
+def test_the_installed_config_is_the_documented_block_commented_out():
+    """systemd/edged.toml, which `make install-system` writes to /etc/edged/edged.toml where there is
+    none: a header of comments, then docs/configuration.md's block with every key commented out, so it
+    names every key at its default and cannot fall behind the page (or the code: the test above)."""
+    text = INSTALLED_CONFIG.read_text()
+    body = text[re.search(r"^\[", text, re.M).start():]  # type: ignore[union-attr]
+    assert all(line.startswith("#") or not line for line in text[:len(text) - len(body)].splitlines())
+    assert body == commented_out(documented_block())
+    assert load_config(INSTALLED_CONFIG) == Config()
+    assert '#   artifact = "/var/lib/edged/artifacts/NAME"' in text  # where install-system makes room for one
 
 
 def test_a_full_file(tmp_path):

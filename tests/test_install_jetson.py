@@ -2,7 +2,7 @@
 package is installed, nvcc exists, the venv's pip and python write down how they were called): every
 pip install is constrained to numpy 1.x (TensorRT 10.3's bindings were built against it), and what
 scripts/validate_jetson.py needs on the device is installed: onnx (its --fp16 and --weights twins),
-pycuda and pytest (its backend tests)."""
+pycuda and pytest (its backend tests); and edged's TensorRT version rule is checked before the backend opens."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_install_jetson_constrains_numpy_and_installs_what_validation_uses(tmp_p
         tmp_path / "python": f"""[ "$1 $2" = "-m venv" ] || exit 1
 venv="${{@: -1}}"; mkdir -p "$venv/bin"
 printf '#!/bin/sh\\necho "pip $*" >> {calls}\\n' > "$venv/bin/pip"
-printf '#!/bin/sh\\ncat > {tmp_path}/check.py\\necho "python $*" >> {calls}\\n' > "$venv/bin/python"
+printf '#!/bin/sh\\necho "python $*" >> {calls}\\nif [ "$1" = - ]; then cat > {tmp_path}/check.py; fi\\n' > "$venv/bin/python"
 chmod +x "$venv/bin/pip" "$venv/bin/python"
 """,
     }
@@ -49,3 +49,6 @@ chmod +x "$venv/bin/pip" "$venv/bin/python"
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(req.startswith("onnx") for req in extras["jetson"]) and "assert numpy.__version__.startswith(\"1.\")" \
         in (tmp_path / "check.py").read_text()
+    # edged's own TensorRT rule (>= 10.3, pycuda) runs first, then the check that opens the backend
+    python = [line for line in calls.read_text().splitlines() if line.startswith("python ")]
+    assert python == ["python -m edged.backends.tensorrt_version", "python -"], python

@@ -49,6 +49,7 @@ from edged.backends.base import Append, Backend, Engine, EngineError, Plan, Tens
 from edged.backends.cuda_device import AppendLaunch, CudaDevice, device_address
 from edged.backends.cuda_graph import CudaError, Graph
 from edged.backends.plan_file import REBUILD, open_plan
+from edged.backends.tensorrt_version import check as check_version
 
 try:  # optional: JetPack's python3-libnvinfer and pycuda built against its CUDA (scripts/install-jetson.sh)
     import pycuda.driver as cuda
@@ -56,6 +57,7 @@ try:  # optional: JetPack's python3-libnvinfer and pycuda built against its CUDA
 except ImportError as exc:  # the message says what to install
     raise ImportError("the tensorrt backend needs TensorRT's Python bindings and pycuda "
                       "(on JetPack: scripts/install-jetson.sh)") from exc
+check_version(trt.__version__)  # JetPack 6.0's TensorRT 8.6: a named error here, not an AttributeError at boot
 
 log = logging.getLogger("edged.tensorrt")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -703,3 +704,68 @@ def test_a_prefill_length_bound_again_claims_no_device_memory(trt, artifact):
         assert len(backend.device_memory) == claimed
     finally:
         backend.close()
+
+
+JETPACK_6_0 = "TensorRT 8.6.2 found; edged needs TensorRT >= 10.3 (JetPack 6.1 or later)"
+
+
+def test_the_version_rule_admits_tensorrt_10_3_and_later():
+    from edged.backends.tensorrt_version import refusal
+
+    for good in ("10.3.0.30", "10.3", "10.10.1", "11.0.0", fake_trt.__version__):
+        assert refusal(good) is None, good
+    for old in ("8.6.2", "10.2.0.19", "9.9", "x.y"):
+        assert refusal(old) == f"TensorRT {old} found; edged needs TensorRT >= 10.3 (JetPack 6.1 or later)", old
+
+
+def test_tensorrt_8_6_is_refused_by_name_by_the_backend_and_by_plans(monkeypatch, tmp_path):
+    """JetPack 6.0's TensorRT: the backend refuses it at import (else an AttributeError at boot), and
+    `edged-engines plans` before it builds, each naming the version found and the one needed."""
+    doubles = fake_trt.install(monkeypatch)
+    monkeypatch.setattr(doubles.trt, "__version__", "8.6.2")
+    from edged.backends import make_backend
+    from engines.tensorrt import build_plans
+
+    with pytest.raises(EngineError) as refused:
+        make_backend("tensorrt")
+    assert str(refused.value) == JETPACK_6_0
+    assert fake_trt.stack_depth() == 0  # refused before a CUDA context was pushed
+    with pytest.raises(SystemExit) as plans:
+        build_plans(tmp_path)
+    assert str(plans.value) == f"edged-engines plans: {JETPACK_6_0}"
+
+
+def test_the_install_check_names_what_is_missing_or_too_old(monkeypatch, capsys):
+    """`python -m edged.backends.tensorrt_version`, which the install scripts run: one line, exit 1,
+    for TensorRT missing or too old and for pycuda missing; exit 0 on TensorRT 10.3 with pycuda."""
+    from edged.backends import tensorrt_version
+
+    doubles = fake_trt.install(monkeypatch)
+    assert tensorrt_version.main() == 0
+    assert capsys.readouterr().out == f"TensorRT {fake_trt.__version__} and pycuda: the tensorrt backend can load\n"
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+    assert tensorrt_version.main() == 1
+    assert capsys.readouterr().err.startswith(f"TensorRT {fake_trt.__version__} found, pycuda not (")
+    monkeypatch.setattr(doubles.trt, "__version__", "8.6.2")
+    assert tensorrt_version.main() == 1
+    assert capsys.readouterr().err == JETPACK_6_0 + "\n"
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    assert tensorrt_version.main() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("no TensorRT Python bindings (") and "python3-libnvinfer" in err and err.count("\n") == 1
+
+
+def test_a_daemon_on_tensorrt_8_6_fails_its_boot_with_one_line(tmp_path):
+    """`backend = "tensorrt"` on JetPack 6.0: `boot failed: TensorRT 8.6.2 found; ...`, no traceback, exit 2
+    (the config or artifact cannot be used), so systemd's restarts end with the reason in the journal."""
+    config = tmp_path / "edged.toml"
+    config.write_text('[daemon]\nbackend = "tensorrt"\n[audio]\ndevice = "none"\ninput_device = "none"\n'
+                      '[events]\nlisten = "none"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "JOURNAL_STREAM", "INVOCATION_ID")}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), XDG_STATE_HOME=str(tmp_path / "state"))
+    done = subprocess.run([sys.executable, str(ROOT / "tests/support/with_fake_trt.py"), "8.6.2", "serve", "--config",
+                           str(config), "--listen", f"ipc://{tmp_path}/edged.sock"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    complaints = [line for line in done.stderr.splitlines() if "ERROR" in line or "Traceback" in line]
+    assert len(complaints) == 1 and complaints[0].endswith(f"edged: boot failed: {JETPACK_6_0}"), done.stderr

@@ -1,10 +1,11 @@
 """The shipped unit file: systemd accepts it without a single complaint, and it says what edged needs.
 
-`systemd-analyze verify` checks every directive, but also that ExecStart's binary exists; edged's
-console script is not installed at /usr/local/bin on a test machine. So:
-- as root, the shipped file itself is verified inside `unshare --mount`, where a tmpfs over
-  /usr/local/bin holds an `edged` shim (the host's /usr/local/bin is untouched);
+`systemd-analyze verify` checks every directive, but also that ExecStart's binary exists; edged is
+not installed at /opt/edged on a test machine. So:
+- as root, the shipped file itself is verified inside `unshare --mount`, where a tmpfs over /opt
+  holds an `edged` shim at /opt/edged/bin/edged (the host's /opt is untouched);
 - anywhere, a copy whose ExecStart points at a shim in a temporary directory is verified.
+The installed units, with the real binary, are verified by tests/systemd/test_install.py.
 verify exits 0 even for unknown keys or bad values (it only warns), so both tests demand an
 empty stderr.
 """
@@ -56,9 +57,12 @@ def test_unit_says_what_edged_needs():
         "LimitMEMLOCK": "infinity", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
         "NoNewPrivileges": "yes", "ProtectKernelTunables": "yes", "ProtectControlGroups": "yes",
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
-        "ExecStart": "/usr/local/bin/edged serve --config /etc/edged/edged.toml",
+        "ExecStart": "/opt/edged/bin/edged serve",
     }
     assert {k: service.get(k) for k in expected} == expected
+    # No --config: `edged serve` reads $CONFIGURATION_DIRECTORY/edged.toml when there is one, and the
+    # defaults otherwise, so a missing file cannot keep the daemon down (five exits 2, then none).
+    assert "--config" not in service["ExecStart"]
     # The GPU and sound nodes stay reachable: no private /dev, no device allow-list, and no ProtectClock=
     # (older systemd turns it into DeviceAllow=char-rtc, which switches the allow-list on).
     assert not {"PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock"} & set(service)
@@ -75,7 +79,7 @@ def test_front_door_units_follow_the_daemon_with_its_sandbox(unit, command):
     door, daemon = directives(unit), directives(UNIT)
     assert "edged.service" in door["Unit"]["After"][0].split() and "edged.service" in door["Unit"]["Wants"][0].split()
     service = {k: v[-1] for k, v in door["Service"].items()}
-    assert service["ExecStart"] == f"/usr/local/bin/edged {command} --endpoint ipc:///run/edged/edged.sock"
+    assert service["ExecStart"] == f"/opt/edged/bin/edged {command} --endpoint ipc:///run/edged/edged.sock"
     assert (service["User"], service["Group"], service["PrivateDevices"]) == ("edged", "edged", "yes")
     sandbox = ("ProtectSystem", "ProtectHome", "PrivateTmp", "NoNewPrivileges", "CapabilityBoundingSet",
                "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs", "ProtectControlGroups",
@@ -95,9 +99,9 @@ def verify(unit_path: Path, *prefix: str) -> subprocess.CompletedProcess:
 def test_shipped_unit_verifies_cleanly():
     assert shutil.which("systemd-analyze"), MISSING
     binary = exec_start()
-    assert binary == "/usr/local/bin/edged"  # the tmpfs below hides the rest of /usr/local/bin: nothing needs it
-    shim = f"mount -t tmpfs -o mode=0755 tmpfs {os.path.dirname(binary)} && printf '#!/bin/sh\\n' > {binary} && " \
-           f"chmod 0755 {binary} && exec \"$0\" \"$@\""
+    assert binary == "/opt/edged/bin/edged"  # the tmpfs below hides the rest of /opt: nothing needs it
+    shim = f"mount -t tmpfs -o mode=0755 tmpfs /opt && mkdir -p {os.path.dirname(binary)} && " \
+           f"printf '#!/bin/sh\\n' > {binary} && chmod 0755 {binary} && exec \"$0\" \"$@\""
     done = verify(UNIT, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", shim)
     assert (done.returncode, done.stderr) == (0, "")
 

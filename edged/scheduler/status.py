@@ -24,6 +24,8 @@ class Counters:
 class Surroundings:
     """The parts of `status` that are not the loop's own (the daemon fills them in)."""
 
+    output: Callable[[], dict] = lambda: {"state": "off"}
+    """The speaker's status while there is no speaker (off, or no PortAudio)."""
     input: Callable[[], dict] = lambda: {"state": "off"}
     """The microphone's status."""
     history: Callable[[], dict] = dict
@@ -50,7 +52,7 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "counters": {"accepted": c.accepted, "rejected": c.rejected, "done": dict(c.done), "frames": c.frames,
                      "steps": c.steps},
         "memory": dict(loop.around.claimed),
-        "audio": {"output": loop.speaker.status() if loop.speaker is not None else {"state": "off"},
+        "audio": {"output": loop.speaker.status() if loop.speaker is not None else loop.around.output(),
                   "input": loop.around.input()},
         "playing": len(s.playing),
         "history": loop.around.history(),

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edged.families.model import describe
+
 if TYPE_CHECKING:
     from edged.scheduler.loop import CohortLoop
 
@@ -42,8 +44,7 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "state": "draining" if loop.draining else "serving",
         "uptime_s": round(time.monotonic() - loop.started, 3),
         "artifact": str(a.path), "family": a.family,
-        "model": {"type": a.model_type, "sample_rate": a.sample_rate, "speakers": sorted(a.speakers),
-                  "languages": sorted(a.languages), "instruct": a.supports_instruct},
+        "model": describe(a, loop.core.talker.fewest_rows),
         "cohort": {"running": len(running), "max_batch": a.max_batch,
                    "members": [str(e.payload.id) for e in running],
                    "waiting_for_text": [str(e.payload.id) for e in running

@@ -1,8 +1,9 @@
 """The daemon's lifecycle: boot in named steps, serve, drain on SIGTERM, exit 0.
 
     boot:  config -> CURVE (tcp://: the certificate, the authenticator) -> artifact -> engines +
-           preallocate (prints what it claimed) -> warm up -> event socket -> speaker (a missing
-           device is retried in the background) -> bind the socket -> READY=1
+           preallocate (prints what it claimed) -> warm up -> event socket -> PortAudio (a library
+           that cannot load is a warning: no speaker, no microphone) -> speaker (a missing device is
+           retried in the background) -> bind the socket -> READY=1
     serve: the cohort loop on this (main) thread; the socket on its own thread; WATCHDOG=1 only
            while the loop makes progress
     drain: SIGTERM -> STOPPING=1, stop admitting, let in-flight requests finish until the drain
@@ -26,6 +27,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from edged.artifact import load_artifact
 from edged.audio.listener import Listener
+from edged.audio.portaudio import missing
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
 from edged.clone import VoiceEncoder, can_clone
@@ -102,6 +104,7 @@ class Daemon:
                  threads.clone_encoder)
         self.watchdog = Watchdog(self.notifier)
         self.events = Events(cfg.events_endpoint, curve=curve)
+        self.no_portaudio = self._portaudio()
         self.speaker = self._speaker(artifact, core)
         self.history, recorder = self._history(artifact)
         self.voices = self._voices(artifact)
@@ -170,6 +173,12 @@ class Daemon:
     def _devices(self, loop: CohortLoop) -> None:
         """Open the speaker and the microphone (missing ones are retried in the background)."""
         self.listener_error = ""
+        if self.no_portaudio:
+            unavailable = {"state": "unavailable", "error": self.no_portaudio}
+            if self.config.audio.device != "none":
+                loop.around.output = lambda: dict(unavailable)
+            if self.config.audio.input_device != "none":
+                loop.around.input = lambda: dict(unavailable)
         self.listener = self._listener()
         if self.listener is not None:
             loop.around.input = self.listener.status
@@ -261,8 +270,19 @@ class Daemon:
             return {"state": "unavailable", "error": self.history_error, "path": str(self.config.history_path)}
         return self.history.snapshot
 
+    def _portaudio(self) -> str | None:
+        """Why there is no PortAudio, said once as a boot warning (the speaker and the microphone are
+        then unavailable, and status says why); None when it loads, or no device is configured."""
+        audio = self.config.audio
+        if audio.device == "none" and audio.input_device == "none":
+            return None
+        why = missing()
+        if why:
+            log.warning("%s", why)
+        return why
+
     def _speaker(self, artifact, core: Core) -> Speaker | None:
-        """The local speaker, unless the config says device = "none"."""
+        """The local speaker, unless the config says device = "none" or there is no PortAudio."""
         audio = self.config.audio
         if audio.device == "none":
             return None
@@ -272,12 +292,15 @@ class Daemon:
             windows = "two vocoder windows" if core.worker.threaded else "one vocoder window"
             raise ConfigError(f"audio.ahead_ms must be >= {step_ms} ({windows}: the most audio one step hands a "
                               f"reply), got {audio.ahead_ms}")
+        if self.no_portaudio:
+            return None
         tap_s = 2.0 if audio.input_device != "none" and self.config.vad.echo_cancel else 0.0
         return Speaker(audio, artifact.sample_rate, replies, self.events, ended=lambda reply: None, tap_seconds=tap_s)
 
     def _listener(self) -> Listener | None:
-        """The microphone (VAD, barge-in, `mic` events), unless the config says input_device = "none"."""
-        if self.config.audio.input_device == "none":
+        """The microphone (VAD, barge-in, `mic` events), unless the config says input_device = "none" or
+        there is no PortAudio."""
+        if self.config.audio.input_device == "none" or self.no_portaudio:
             return None
         try:
             listener = Listener(self.config.audio, self.config.vad, self.events, self.speaker,

@@ -62,11 +62,13 @@ def test_the_daemon_speaks_the_voice_an_instruct_describes(artifacts, backend, t
             speech = client.speak(text, instruct=instruct, play=False, stream=True, max_audio_ms=16 * 80,
                                   report_codes=True)
             done = speech.wait()
-            with pytest.raises(RequestRejected, match="unknown voice 'vivian'"):
+            with pytest.raises(RequestRejected, match="unknown voice 'vivian': this model has no built-in speakers; "
+                                                      "describe the voice in instruct"):
                 client.speak(text, voice="vivian", instruct=instruct, play=False).wait()
     finally:
         daemon.close()
     assert status["model"]["type"] == KIND and status["model"]["speakers"] == [], json.dumps(status["model"])
+    assert (status["model"]["instruct"], status["model"]["instruct_means"]) == (True, "voice")
     assert done.reason == "length" and done.report["rvq_codes"] == offline.frames.tolist()
     assert speech.pcm.shape == offline.pcm.shape and np.abs(speech.pcm - offline.pcm).max() <= 1e-5  # threads differ
 

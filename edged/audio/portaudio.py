@@ -36,6 +36,17 @@ def sounddevice() -> Any:
     return sd
 
 
+def missing() -> str | None:
+    """Why there is no PortAudio to use, in one line; None when it loads. sounddevice's import raises
+    OSError when the library cannot be found or loaded (Debian's libportaudio2 not installed)."""
+    try:
+        sounddevice()
+    except OSError as exc:
+        return (f"no PortAudio library: install libportaudio2 (Debian/Ubuntu) or your system's PortAudio package "
+                f"and restart: no speaker and no microphone ({exc})")
+    return None
+
+
 def device_arg(name: str) -> int | str | None:
     """Config value -> sounddevice's `device` argument: "" the default, digits an index, else a name."""
     if name == "":

@@ -168,6 +168,21 @@ def _microphone(inp: dict) -> str:
             f"{inp['speech_starts']} speech starts, {inp['barge_ins']} barge-ins")
 
 
+INSTRUCT_MEANS = {"style": "a style instruction (how the voice speaks)",
+                  "voice": "a description of the voice to speak in",
+                  "unverified": "taken, unverified (the reference takes no instruct for this model type)",
+                  "none": "refused"}
+"""status.model.instruct_means, in words."""
+
+
+def _model(m: dict) -> str:
+    speakers = f"{len(m['speakers'])} speakers" + (f" ({len(m['speaker_dialects'])} with a dialect)"
+                                                   if m["speaker_dialects"] else "")
+    languages = f"{len(m['languages'])} languages" + (f" ({len(m['dialects'])} dialects)" if m["dialects"] else "")
+    return (f"{m['type']}: {speakers}, {languages}, instruct {m['instruct_means']}, "
+            f"cloning {'yes' if m['clone'] else 'no'}, longest reply {m['max_reply_ms'] / 1000:.1f} s")
+
+
 def _history(h: dict) -> str:
     if h.get("state") == "unavailable":  # no history: {state, error, path}
         return f"unavailable ({h.get('error')})"
@@ -184,6 +199,7 @@ def format_status(s: dict) -> str:
         ("state", s["state"]),
         ("uptime", f"{s['uptime_s']:.1f} s"),
         ("artifact", f"{s['artifact']} ({s['family']})"),
+        ("model", _model(s["model"])),
         ("cohort", f"{cohort['running']}/{cohort['max_batch']} members{members}"),
         ("queue", f"{queue['waiting']} waiting (limit {queue['limit']})"),
         ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),

@@ -3,7 +3,8 @@
 `add NAME --audio REF.wav` sends a recording; `add NAME --record SECONDS` records the daemon's own
 microphone instead: the `mic` events of its event socket (16 kHz, echo-cancelled, as the daemon
 hears it), from the moment the command starts. Either is cloned in context with `--ref-text`
-(what the recording says), from its x-vector only without.
+(what the recording says), from its x-vector only without. `list` first says what the model takes
+(`status.model`: languages and dialects, instructions, cloning, the longest reply).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edged.cli.client_commands import EXIT_FAILED, _client, _endpoint, reached
+from edged.cli.client_commands import EXIT_FAILED, INSTRUCT_MEANS, _client, _endpoint, reached
 
 
 def add_parser(commands) -> None:
@@ -32,8 +33,9 @@ def add_parser(commands) -> None:
     a.add_argument("--events", default=None, help="--record: the daemon's event socket (default: the one its status names)")
     _endpoint(a)
     a.set_defaults(run=reached(add))
-    ls = sub.add_parser("list", help="list the voices a speak may name")
-    ls.add_argument("--json", action="store_true")
+    ls = sub.add_parser("list", help="what the model takes (languages, instruct, cloning, the longest reply), then "
+                                     "the voices a speak may name")
+    ls.add_argument("--json", action="store_true", help="print {model (as status has it), voices} as JSON")
     _endpoint(ls)
     ls.set_defaults(run=reached(list_voices))
     r = sub.add_parser("remove", help="remove an enrolled voice")
@@ -91,16 +93,37 @@ def record(args: argparse.Namespace, endpoint: str | None) -> np.ndarray:
 
 
 def list_voices(args: argparse.Namespace) -> int:
+    """What the model takes (status.model), then the voices a speak may name."""
     with _client(args) as client:
+        model = client.status()["model"]
         voices = client.voices()
     if args.json:
-        print(json.dumps(voices, indent=2))
+        print(json.dumps({"model": model, "voices": voices}, indent=2))
         return 0
+    for key, value in takes(model):
+        print(f"{key:10} {value}")
+    print()
     for v in voices:
         detail = (f"{v['mode']}, {v['reference_ms'] / 1000:.1f} s reference" if v["kind"] == "enrolled"
-                  else "built-in" + (f", {v['dialect']}" if v.get("dialect") else ""))
+                  else "built-in" + (f", dialect {v['dialect']}" if v.get("dialect") else ""))
         print(f"{v['name']:24} {detail}")
     return 0
+
+
+def takes(model: dict) -> list[tuple[str, str]]:
+    """status.model as lines: languages and dialects, instructions, cloning, the longest reply."""
+    dialects = model["dialects"]
+    languages = ["auto", *(name for name in model["languages"] if name not in dialects)]
+    rows = [("model", model["type"]), ("languages", ", ".join(languages))]
+    if dialects:
+        rows.append(("dialects", ", ".join(dialects) + " (a language; a dialect speaker speaks its own with "
+                                                       "language chinese or auto)"))
+    rows.append(("instruct", INSTRUCT_MEANS.get(model["instruct_means"], model["instruct_means"])))
+    rows.append(("cloning", "yes: edged voice add NAME --audio REF.wav" if model["clone"] else
+                 "no: this artifact has no clone encoder (export a Base checkpoint)"))
+    rows.append(("longest", f"{model['max_reply_ms'] / 1000:.1f} s a reply (the KV cache's {model['max_seq']} rows "
+                            f"less the shortest prompt's {model['fixed_rows']}; a longer prompt leaves less)"))
+    return rows
 
 
 def remove(args: argparse.Namespace) -> int:

@@ -32,6 +32,10 @@ class Layout(Protocol):
         """Incremental tokenization for this layout's streamed text."""
         ...
 
+    def fewest_rows(self) -> int:
+        """The prefill rows of the shortest prompt this layout builds."""
+        ...
+
 
 @dataclass(frozen=True)
 class Talking:
@@ -87,6 +91,11 @@ class Family(ABC):
                 raise ArtifactError(f"artifact.json: missing or non-integer key 'special.{key}'")
         if not m.graphs["vocoder"].state:
             raise ArtifactError("artifact.json: missing key 'tensors.vocoder.state' (the streaming vocoder's state list)")
+
+    def instruct_means(self, m: Manifest) -> str:
+        """What a speak's `instruct` is to this artifact (`status.model.instruct_means`): "none" where
+        it is refused."""
+        return "style" if m.supports_instruct else "none"
 
     @abstractmethod
     def table_shapes(self, dims: Dims) -> dict[str, tuple[int | None, ...]]:

@@ -11,6 +11,10 @@ from edged.talker.text import TextEncoder
 CODEC_SPECIALS = ("codec_pad", "codec_bos", "codec_eos", "codec_think", "codec_nothink", "codec_think_bos",
                   "codec_think_eos")
 TEXT_SPECIALS = ("tts_pad", "tts_bos", "tts_eos")
+INSTRUCT_MEANS = {"custom_voice": "style", "voice_design": "voice", "base": "unverified"}
+"""By checkpoint type (qwen-tts 0.1.1): generate_custom_voice takes a style instruction (dropped for
+the 0.6B model, whose artifact says instruct false), generate_voice_design a description of the
+voice; generate_voice_clone (Base) takes none, so what one does to a Base model is unverified."""
 
 
 class Qwen3TTS(Family):
@@ -36,6 +40,9 @@ class Qwen3TTS(Family):
             for k in keys:
                 if not 0 <= m.special[k] < size:
                     raise ArtifactError(f"artifact.json: special.{k}={m.special[k]} is outside the {what} ({size})")
+
+    def instruct_means(self, m: Manifest) -> str:
+        return INSTRUCT_MEANS.get(m.model_type, "style") if m.supports_instruct else "none"
 
     def table_shapes(self, dims: Dims) -> dict[str, tuple[int | None, ...]]:
         # text_projected = text_projection(text_embedding(x)) for every text token, computed at export

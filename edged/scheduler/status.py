@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edged.families.model import describe
+
 if TYPE_CHECKING:
     from edged.scheduler.loop import CohortLoop
 
@@ -24,6 +26,8 @@ class Counters:
 class Surroundings:
     """The parts of `status` that are not the loop's own (the daemon fills them in)."""
 
+    output: Callable[[], dict] = lambda: {"state": "off"}
+    """The speaker's status while there is no speaker (off, or no PortAudio)."""
     input: Callable[[], dict] = lambda: {"state": "off"}
     """The microphone's status."""
     history: Callable[[], dict] = dict
@@ -42,8 +46,7 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "state": "draining" if loop.draining else "serving",
         "uptime_s": round(time.monotonic() - loop.started, 3),
         "artifact": str(a.path), "family": a.family,
-        "model": {"type": a.model_type, "sample_rate": a.sample_rate, "speakers": sorted(a.speakers),
-                  "languages": sorted(a.languages), "instruct": a.supports_instruct},
+        "model": describe(a, loop.core.talker.fewest_rows),
         "cohort": {"running": len(running), "max_batch": a.max_batch,
                    "members": [str(e.payload.id) for e in running],
                    "waiting_for_text": [str(e.payload.id) for e in running
@@ -52,7 +55,7 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "counters": {"accepted": c.accepted, "rejected": c.rejected, "done": dict(c.done), "frames": c.frames,
                      "steps": c.steps},
         "memory": dict(loop.around.claimed),
-        "audio": {"output": loop.speaker.status() if loop.speaker is not None else {"state": "off"},
+        "audio": {"output": loop.speaker.status() if loop.speaker is not None else loop.around.output(),
                   "input": loop.around.input()},
         "playing": len(s.playing),
         "history": loop.around.history(),

@@ -19,6 +19,12 @@ class PromptError(ValueError):
     """A request whose prompt cannot be built; the message names the field."""
 
 
+def frame_room(max_seq: int, prefill_rows: int) -> int:
+    """The most frames a reply whose prefill has `prefill_rows` rows makes in a KV cache of `max_seq`
+    rows: the prefill makes the first, and each later frame's input takes one row."""
+    return max_seq - prefill_rows + 1
+
+
 @dataclass(frozen=True)
 class Lookup:
     """Rows of a host table, by id; of table[index] when the table is a stack (the code

@@ -43,7 +43,7 @@ from edged.core.port import CodecPort
 from edged.families import Talking
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from edged.request import SamplingError, SpeechRequest
-from edged.talker.prompt import Prompt, PromptError
+from edged.talker.prompt import Prompt, PromptError, frame_room
 from edged.talker.text import Streamed, TextStream
 
 
@@ -112,6 +112,8 @@ class TalkerStage:
         self.backend = backend
         self.port = port
         self.layout = talking.layout
+        self.fewest_rows = self.layout.fewest_rows()
+        """The shortest prefill of any request: its frame room is the longest reply (`status.model`)."""
         self.eos = talking.eos
         self.eos_blocked_decisions = talking.eos_blocked_decisions
         self.tables = dict(tables)  # the stage takes cp_heads out into its bound buffer
@@ -333,7 +335,7 @@ class TalkerStage:
         t0 = time.perf_counter()
         prompt = self.plan(request, streamed)
         sampling = request.sampling.validated()
-        room = self.artifact.max_seq - prompt.prefill_len + 1
+        room = frame_room(self.artifact.max_seq, prompt.prefill_len)
         m = Member(request, prompt, slot, min(request.max_frames or room, room), np.random.default_rng(sampling.seed),
                    window=sampling.cp_spec_verify_size)
         capacity = room - 1  # track rows the member can read before its KV room is used up

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from edged.artifact import load_artifact
+from edged.families.model import describe
 from edged.request import ClonedVoice, Sampling, SpeechRequest
 from edged.synth import Synthesizer
 from engines.qwen3_tts.reference import reference_clone
@@ -95,6 +96,8 @@ def test_cloning_needs_a_base_model_and_well_shaped_prompts(artifacts, backend):
          "reference codes have shape"),
         (base, ClonedVoice(np.zeros(hidden, np.float32), np.zeros((3, groups), np.int64), "ref"),
          {"more_text": True}, "needs the whole text"),
+        (base, None, {"voice": "vivian"}, "unknown voice 'vivian': this model has no built-in speakers; enroll a "
+                                          "voice from a recording \\(voice_add\\) and speak with its name"),
     ]
     from edged.synth import RequestError
 
@@ -103,6 +106,8 @@ def test_cloning_needs_a_base_model_and_well_shaped_prompts(artifacts, backend):
             synth.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=voice,
                                             **extra)])
     assert base.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=good)])
+    model = describe(base.artifact, base.core.talker.fewest_rows)  # what status.model says of a Base artifact
+    assert (model["type"], model["speakers"], model["clone"], model["instruct_means"]) == ("base", [], True, "unverified")
 
 
 XVECTOR_TOLERANCE = 1e-4

@@ -38,6 +38,7 @@ def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, omni_art
     offline, offline_media = Synthesizer(artifact, backend).synthesize([request, with_media])
     daemon = start_daemon(config=f'[daemon]\nartifact = "{art}"\n{RATE_CONFIG}')
     with Client(daemon.endpoint) as client:
+        model = client.status()["model"]
         utterance = client.speak(request.text, voice="chelsie", context=CONTEXT, play=False, stream=True,
                                  max_audio_ms=FRAMES * 80, report_codes=True)
         done = utterance.wait()
@@ -57,6 +58,10 @@ def test_the_daemon_speaks_an_omni_reply_with_its_context(start_daemon, omni_art
         refused = "media: 2 rows of hidden states for 3 media placeholders in the context's user turns"
         with pytest.raises(RequestRejected, match=refused):
             client.speak("Hi.", context=MEDIA_CONTEXT, media=hidden[:2], play=False).wait()
+    # the shortest reply prompt: role rows, nothink/think_bos/think_eos/speaker/pad, codec_bos; no instruct
+    assert (model["fixed_rows"], model["instruct"], model["instruct_means"], model["languages"]) == (9, False, "none", [])
+    assert model["speakers"] == sorted(artifact.speakers) and model["clone"] is False
+    assert model["max_reply_ms"] == round(((artifact.max_seq - 9 + 1) * 1920 - 555) / 24, 1)
     assert done.reason == "length" and done.report["rvq_codes"] == offline.frames.tolist()
     assert len(utterance.pcm) == FRAMES * 1920 - 555 and np.array_equal(utterance.pcm, offline.pcm)
     assert "".join(pieces) == request.text and streamed_done.report["rvq_codes"] == offline.frames.tolist()

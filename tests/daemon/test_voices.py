@@ -191,7 +191,8 @@ def test_an_artifact_without_a_clone_encoder_refuses_voice_ops(tmp_path, artifac
                          lambda: client.voice_add("x", reference_audio(1.5, 24000), 24000)):
                 with pytest.raises(ProtocolError, match="this model cannot clone voices"):
                     call()
-            assert client.status()["voices"]["state"] == "off"
+            status = client.status()
+            assert status["voices"]["state"] == "off" and status["model"]["clone"] is False
             assert client.speak("Still speaking.", play=False, max_audio_ms=400).wait().reason == "length"
     finally:
         daemon.close()

@@ -37,7 +37,8 @@ def test_describe_lists_every_voice_with_its_languages(front):
     assert voices["default"] == ["de", "en", "es", "fr", "it", "ja", "ko", "pt", "ru", "zh"]
     assert voices["dylan"] == ["zh"] and voices["eric"] == ["zh"]  # dialect speakers
     with Client(front.daemon.endpoint) as client:  # what the door read them from
-        assert client.status()["model"] == {
+        model = client.status()["model"]
+        assert {k: model[k] for k in ("type", "sample_rate", "instruct", "speakers", "languages")} == {
             "type": "custom_voice", "sample_rate": 24000, "instruct": True,
             "speakers": ["aiden", "dylan", "eric", "ryan", "serena", "vivian"],
             "languages": ["beijing_dialect", "chinese", "english", "french", "german", "italian", "japanese",

@@ -71,6 +71,14 @@ class TtsLayout:
         """Every reason to refuse a request but its text (voice, language, instruct)."""
         self._codec_rows(req)
 
+    def fewest_rows(self) -> int:
+        """The prefill rows of the shortest prompt this layout builds, planned as a request's: a
+        one-token text on the dual track (which holds any more text outside the prefill), with no
+        instruct, language, context or voice beyond what the layout always adds. No reply's KV room
+        is larger than the one these rows leave."""
+        one = Streamed(tuple(self.text.ids(ASSISTANT)[:ROLE_ROWS]), (self.sp["tts_pad"],), final=True)
+        return self.plan(SpeechRequest(id="fewest_rows", text="", more_text=True), one).prefill_len
+
     def plan(self, req: SpeechRequest, streamed: Streamed | None = None) -> Prompt:
         """Tokenize (or take a stream's committed ids) and choose the codec rows; every reason to
         refuse the request is raised here."""
@@ -139,7 +147,7 @@ class TtsLayout:
         elif req.voice:
             voice = m.speakers.get(req.voice.lower())
             if voice is None:
-                raise PromptError(f"unknown voice {req.voice!r} (known: {', '.join(sorted(m.speakers)) or 'none'})")
+                raise PromptError(self._unknown_voice(req.voice))
         language = (req.language or "auto").lower()
         if language != "auto" and language not in m.languages:
             known = ", ".join(["auto", *sorted(m.languages)])  # what status's model.languages lists
@@ -157,6 +165,18 @@ class TtsLayout:
         elif voice is not None:
             codec.append(voice.id)
         return (*codec, sp["codec_pad"], sp["codec_bos"])
+
+    def _unknown_voice(self, name: str) -> str:
+        """Why `name` is no voice here, and what this model takes instead where it has no speakers."""
+        m = self.manifest
+        if m.speakers:
+            return f"unknown voice {name!r} (known: {', '.join(sorted(m.speakers))})"
+        if can_clone(m.graphs):
+            return (f"unknown voice {name!r}: this model has no built-in speakers; enroll a voice from a recording "
+                    f"(voice_add) and speak with its name")
+        if m.supports_instruct:
+            return f"unknown voice {name!r}: this model has no built-in speakers; describe the voice in instruct"
+        return f"unknown voice {name!r}: this model has no speakers"
 
     def _check_clone(self, req: SpeechRequest) -> None:
         m, clone = self.manifest, req.clone

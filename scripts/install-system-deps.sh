@@ -9,13 +9,14 @@
 #   jackd2 libportaudio2            audio: the JACK dummy backend and sounddevice's PortAudio
 #   procps                          pgrep: the audio tests check that no JACK server runs before clearing its leftovers
 #   espeak-ng                       speech for the VAD tests and scripts/bench/vad.py
+#   curl                            the README's front-door recipe (tests/test_recipes.py runs it)
 #   libspeexdsp1                    speexdsp's echo canceller, which scripts/bench/echo.py measures edged's against
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
 # is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.
 set -euo pipefail
 
-packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd util-linux mount jackd2 libportaudio2 espeak-ng
+packages=(libsystemd-dev pkg-config gcc python3-dev python3-venv systemd util-linux mount jackd2 libportaudio2 espeak-ng curl
           procps libspeexdsp1)
 
 missing=()

@@ -19,8 +19,6 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = re.compile(r"<!-- recipe: (\w+) -->\n```sh\n(.*?)```", re.S)
 INSTALLED_BY_MAKE_TEST = {"make install-dev", ".venv/bin/pip install -e .[doors]"}
@@ -84,6 +82,7 @@ def test_every_recipe_is_run_by_a_test():
 def test_the_laptop_recipe(tmp_path):
     done = run_recipe("laptop", tmp_path)
     assert "wrote out/hello.wav" in done.stdout
+    assert "audio.device / --audio-device (speaker)" in done.stdout  # edged devices
     assert '"reason": "' in done.stdout  # edged say's report
     assert re.search(r"^state\s+serving$", done.stdout, re.M)  # edged status
 
@@ -91,3 +90,13 @@ def test_the_laptop_recipe(tmp_path):
 if __name__ == "__main__":
     for name, commands in recipes().items():
         print(f"# {name}\n{script(commands)}")
+
+
+def test_the_doors_recipe(tmp_path):
+    out = ROOT / "out" / "dinner.wav"
+    out.unlink(missing_ok=True)
+    run_recipe("doors", tmp_path)
+    try:
+        assert out.read_bytes()[:4] == b"RIFF" and out.stat().st_size > 44
+    finally:
+        out.unlink()

@@ -170,7 +170,6 @@ def _microphone(inp: dict) -> str:
 
 INSTRUCT_MEANS = {"style": "a style instruction (how the voice speaks)",
                   "voice": "a description of the voice to speak in",
-                  "unverified": "taken, unverified (the reference takes no instruct for this model type)",
                   "none": "refused"}
 """status.model.instruct_means, in words."""
 

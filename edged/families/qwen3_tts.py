@@ -11,10 +11,10 @@ from edged.talker.text import TextEncoder
 CODEC_SPECIALS = ("codec_pad", "codec_bos", "codec_eos", "codec_think", "codec_nothink", "codec_think_bos",
                   "codec_think_eos")
 TEXT_SPECIALS = ("tts_pad", "tts_bos", "tts_eos")
-INSTRUCT_MEANS = {"custom_voice": "style", "voice_design": "voice", "base": "unverified"}
+INSTRUCT_MEANS = {"custom_voice": "style", "voice_design": "voice"}
 """By checkpoint type (qwen-tts 0.1.1): generate_custom_voice takes a style instruction (dropped for
 the 0.6B model, whose artifact says instruct false), generate_voice_design a description of the
-voice; generate_voice_clone (Base) takes none, so what one does to a Base model is unverified."""
+voice; generate_voice_clone (Base) takes none, and a Base artifact says instruct false."""
 
 
 class Qwen3TTS(Family):

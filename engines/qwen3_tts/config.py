@@ -58,7 +58,7 @@ class Qwen3TTSConfig:
     languages: dict[str, int]
     model_type: str
     instruct: bool
-    """qwen-tts drops instruct for the 0.6B CustomVoice model ("0b6")."""
+    """qwen-tts drops instruct for the 0.6B CustomVoice model ("0b6") and never gives one to a Base model."""
     sampling: dict[str, float]
     codec: CodecConfig
 
@@ -85,8 +85,9 @@ class Qwen3TTSConfig:
             special={**{k: t.need(v) for k, v in CODEC_IDS.items()}, **{k: top.need(v) for k, v in TEXT_IDS.items()}},
             speakers={name: {"id": i, "dialect": _dialect(dialects, name, languages)} for name, i in speakers.items()},
             languages=languages, model_type=model_type,
-            # the wrapper's own test, a substring check: `if tts_model_size in "0b6": instruct = None`
-            instruct=not (model_type == "custom_voice" and size is not None and size in "0b6"),
+            # the wrapper's own test, a substring check: `if tts_model_size in "0b6": instruct = None`;
+            # and generate_voice_clone (Base) passes none: what one would do to a Base model is unknown
+            instruct=model_type != "base" and not (model_type == "custom_voice" and size is not None and size in "0b6"),
             sampling=_sampling(checkpoint / "generation_config.json"),
             codec=CodecConfig.from_checkpoint(checkpoint),
         )

@@ -107,7 +107,7 @@ def test_cloning_needs_a_base_model_and_well_shaped_prompts(artifacts, backend):
                                             **extra)])
     assert base.synthesize([SpeechRequest("c", "Hello.", sampling=Sampling.greedy(), max_frames=4, clone=good)])
     model = describe(base.artifact, base.core.talker.fewest_rows)  # what status.model says of a Base artifact
-    assert (model["type"], model["speakers"], model["clone"], model["instruct_means"]) == ("base", [], True, "unverified")
+    assert (model["type"], model["speakers"], model["clone"], model["instruct_means"]) == ("base", [], True, "none")
 
 
 XVECTOR_TOLERANCE = 1e-4

@@ -17,7 +17,8 @@ streaming contract). What is dropped, and what is kept (docs/streaming.md states
 - runs of `*` and `_` (emphasis), except between blanks (`2 * 3`), `*` between digits (`2*3`) and `_`
   inside a word (`snake_case`); runs of two or more `~`;
 - `[` and `]`, and a link's `(target)` right after its `]`: `[text](url)` is "text"; an image
-  `![alt](url)` entirely; HTML tags (`<b>`, `</div>`, `<br/>`, `<a href=...>`);
+  `![alt](url)` entirely; HTML tags (`<b>`, `</div>`, `<br/>`, `<a href=...>`); a special token's
+  spelling (`<|im_end|>`: letters, digits and `_` between `<|` and `|>`);
 - a `|` at a line's end with the blanks before it; another `|` with the blanks around it becomes ", ";
 - `\\` before ASCII punctuation (the punctuation is kept as text);
 - blanks before the first spoken character.
@@ -44,6 +45,7 @@ RULE_MARKS = frozenset("-*_=")
 PUNCTUATION = frozenset(string.punctuation)
 LETTERS = frozenset(string.ascii_letters)
 TAG_NAME = LETTERS | frozenset(string.digits + "-")
+SPECIAL_NAME = LETTERS | frozenset(string.digits + "_")
 PLAIN = re.compile(r"[^\n \t|\\`*_~\[\]!<]+")
 """A run of characters that are always text (every other character has a rule above)."""
 
@@ -310,9 +312,14 @@ class LlmText:
                 return i + len(tag), ""
         if self._is(s, i, THINK_CLOSE):
             return i + len(THINK_CLOSE), ""
-        end = self._tag(s, i)
+        end = self._tag(s, i) if self._at(s, i + 1) != "|" else self._special(s, i)
         self._prev = ">" if end is not None else "<"
         return (end, "") if end is not None else (i + 1, "<")
+
+    def _special(self, s: str, i: int) -> int | None:
+        """The end of a special token's spelling that starts at `i` (`<|im_end|>`), or None."""
+        k = self._run_of(s, i + 2, SPECIAL_NAME)
+        return k + 2 if k > i + 2 and self._is(s, k, "|>") else None
 
     def _tag(self, s: str, i: int) -> int | None:
         """The end of an HTML tag that starts at `i` (`<name ...>`, `</name>`, `<name/>`), or None."""

@@ -48,6 +48,7 @@ CASES = [
     ('a <b>bold</b> <br/> <a href="x">link</a>', "a bold  link"),
     ("x < y, <3, a<b", "x < y, <3, a<b"),
     ("<!-- hidden\ncomment -->shown", "shown"),
+    ("Done.<|im_end|> <|a b|>", "Done. <, a b, >"),  # a blank: not a special token
     # escapes, blanks
     ("\\*not emphasis\\* \\_x\\_ \\n", "*not emphasis* _x_ \\n"),
     ("  \n\n  Hello", "Hello"),

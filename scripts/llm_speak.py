@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edged.client import Client, RequestRejected
+from edged.client import Client, ProtocolError, RequestRejected
 from edged.config import default_endpoint
 from edged.llm_text import filter_llm_text
 
@@ -79,6 +79,8 @@ def completion_pieces(url: str, model: str, messages: list[dict], api_key: str |
             piece = (choice.get("delta") or {}).get("content")
             if piece:
                 yield piece
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, not HTTP
+        raise LlmError(f"{url}: {exc}") from exc
     finally:
         connection.close()
 
@@ -185,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     code, audio = 0, []  # audio: (pcm, sample rate) of each answer
     with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
         conversation = Conversation(client, args.session, args.system)
-        for prompt in prompts(args.prompt):
-            code = max(code, exchange(client, conversation, prompt, args, api_key, audio))
+        try:
+            for prompt in prompts(args.prompt):
+                code = max(code, exchange(client, conversation, prompt, args, api_key, audio))
+        except (ProtocolError, TimeoutError) as exc:  # e.g. a daemon without history, or none at all
+            print(f"llm_speak: the daemon: {exc}", file=sys.stderr)
+            return 2
     if args.out is not None:
         from edged.audio.wav import write_wav
 

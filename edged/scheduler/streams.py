@@ -51,7 +51,8 @@ class TextIn:
     ids: list[int] = field(default_factory=list)
     """Committed ids not yet on a member's track (before the request has joined the cohort)."""
     closed: bool = False
-    """The final piece has gone to the tokenizer (sent by the client, or after the text timeout)."""
+    """No more text is taken: the final piece has gone to the tokenizer (sent by the client, or after
+    the text timeout), or the stream ended without it (no first text, a filter failure)."""
     final: bool = False
     """Every id is committed."""
     timed_out: str | None = None

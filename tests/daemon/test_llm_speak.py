@@ -107,8 +107,10 @@ def test_a_failing_llm_is_reported_and_nothing_is_left_open(start_daemon):
     with completions_server() as llm:
         llm.failure = b"model is loading"
         done = run(llm.url, daemon.endpoint)
+    gone = run(llm.url, daemon.endpoint)  # the server has shut down: its port refuses
     assert done.returncode == 2 and "HTTP 500: model is loading" in done.stderr
+    assert gone.returncode == 2 and f"llm_speak: {llm.url}: [Errno 111] Connection refused" in gone.stderr
     with Client(daemon.endpoint) as client:
         status = client.status()
     assert status["cohort"]["running"] == 0 and status["queue"]["waiting"] == 0
-    assert status["counters"]["done"]["cancelled"] == 1
+    assert status["counters"]["done"]["cancelled"] == 2

@@ -282,14 +282,16 @@ class Client:
               voice: str | None = None, language: str | None = None, instruct: str | None = None,
               play: bool = True, stream: bool = False, format: str = "f32le", max_audio_ms: int | None = None,
               sampling: dict[str, Any] | None = None, report_codes: bool = False,
-              context: list[dict[str, str]] | None = None, media: np.ndarray | None = None) -> Utterance:
+              context: list[dict[str, str]] | None = None, media: np.ndarray | None = None,
+              text_filter: str | None = None) -> Utterance:
         """Send a speak; its Utterance (nothing is waited for yet). `id` defaults to a fresh uuid4 hex.
         `context`: earlier turns [{role, content}] (Qwen3-Omni artifacts); `media`: the thinker's
-        hidden states of the media placeholders in their user turns, [rows, width] float16 or float32."""
+        hidden states of the media placeholders in their user turns, [rows, width] float16 or float32;
+        `text_filter`: "llm" (no reasoning, no markdown) or "none"; None: "llm" with more_text, else "none"."""
         id = uuid.uuid4().hex if id is None else id
         if id in self._inbox:
             raise ValueError(f"speak id {id!r} is already in flight on this client")
-        msg = protocol.Speak(id=id, text=text, more_text=more_text, session=session, voice=voice,
+        msg = protocol.Speak(id=id, text=text, more_text=more_text, text_filter=text_filter, session=session, voice=voice,
                              language=language, instruct=instruct, play=play, stream=stream, format=format,
                              max_audio_ms=max_audio_ms, sampling=sampling, report_codes=report_codes, context=context,
                              media=None if media is None else media_layout(media))

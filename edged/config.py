@@ -124,8 +124,13 @@ class DaemonConfig:
     and its requests end ("client not reading")."""
     drain_timeout_s: float = 10.0
     """On SIGTERM: how long in-flight requests may run before they are cancelled."""
+    first_text_timeout_ms: int = 120000
+    """A streamed request (more_text) with no text yet (its speak's text and every `text` so far
+    empty) ends with an error when none comes this long after it was accepted (a cold reasoning
+    model may take minutes)."""
     text_timeout_ms: int = 10000
-    """A streamed request (more_text) whose next text piece is this late is treated as final."""
+    """Once a streamed request has had text: when its next `text` is this late after the last one,
+    its text is treated as final."""
     log_level: str = "info"
     """debug, info, warning or error."""
     test_stall_after_steps: int = 0
@@ -391,6 +396,8 @@ def _validate(config, source: str) -> None:
             raise ConfigError(f"{source}: daemon.client_queue must be >= 16")
         if config.drain_timeout_s < 0:
             raise ConfigError(f"{source}: daemon.drain_timeout_s must be >= 0")
+        if config.first_text_timeout_ms < 1:
+            raise ConfigError(f"{source}: daemon.first_text_timeout_ms must be >= 1")
         if config.text_timeout_ms < 1:
             raise ConfigError(f"{source}: daemon.text_timeout_ms must be >= 1")
         if config.log_level not in ("debug", "info", "warning", "error"):

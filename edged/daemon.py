@@ -121,7 +121,8 @@ class Daemon:
         loop = CohortLoop(core, clients, inbox=inbox, queue_limit=cfg.daemon.queue_limit, speaker=self.speaker,
                           reject_play_without_device=cfg.audio.on_missing_device == "reject",
                           progress=self.watchdog.progress, stall_after_steps=cfg.daemon.test_stall_after_steps,
-                          history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000)
+                          history=self.history, recorder=recorder, text_timeout_s=cfg.daemon.text_timeout_ms / 1000,
+                          first_text_timeout_s=cfg.daemon.first_text_timeout_ms / 1000)
         loop.around.claimed, loop.around.history, loop.around.voices = claimed, self._history_status, self._voices_status
         loop.around.events = cfg.events_endpoint
         self._devices(loop)

@@ -138,6 +138,9 @@ class SpeechRequest:
     more_text: bool = False
     """More text follows in pieces (streamed text input); `text` is the first piece, maybe empty.
     Streamed requests use the dual-track layout."""
+    text_filter: str = "none"
+    """What the pieces of a streamed text go through before they are spoken: "llm" (edged.llm_text:
+    no reasoning, no markdown) or "none". A whole text comes already filtered."""
     context: tuple[tuple[str, str], ...] = ()
     """Earlier turns of the conversation, (role, content), as the thinker saw them (the `segments`
     layout, Qwen3-Omni: user turns become prompt rows; system and assistant turns are dropped, as

@@ -148,8 +148,8 @@ class Handler(AsyncEventHandler):
             fields = {"voice": speak_voice(voice.name if voice else None),
                       "language": model.language(voice.language if voice else None)}
             play = self.door.play_local
-            speech = await self.door.link.speak(text, more_text=more_text, format="s16le", play=play,
-                                                stream=not play, **fields)
+            speech = await self.door.link.speak(text, more_text=more_text, format="s16le", play=play, stream=not play,
+                                                text_filter="llm" if streamed else None, **fields)
         except UnknownChoice as exc:
             await self._error(str(exc), "bad-request", streamed)
             return None

@@ -41,12 +41,14 @@ from edged.protocol.checks import (
     OPT_ID,
     OPT_INT_GT0,
     OPT_STR,
+    OPT_TEXT_FILTER,
     PROTOCOL_VERSION,
     ROLE,
     ROLES,
     SAMPLING,
     SESSION,
     STR,
+    TEXT_FILTERS,
     TURNS,
     ProtocolError,
     describe,
@@ -68,6 +70,9 @@ class Speak:
     text: str = field(metadata=STR)
     more_text: bool = field(default=False, metadata=BOOL)
     """More text follows in `text` messages for this id, the last with final: true."""
+    text_filter: str | None = field(default=None, metadata=OPT_TEXT_FILTER)
+    """"llm": reasoning (<think>) and markdown are not spoken (edged.llm_text); "none": the text as
+    sent. None: "llm" with more_text, "none" without."""
     session: str | None = field(default=None, metadata=OPT_STR)
     """Conversation whose history gets this utterance as an assistant turn; None: no history."""
     voice: str | None = field(default=None, metadata=OPT_STR)
@@ -463,6 +468,7 @@ __all__ = [
     "Speak",
     "Status",
     "StatusReply",
+    "TEXT_FILTERS",
     "Text",
     "Turn",
     "VoiceAdd",

@@ -20,6 +20,8 @@ FORMATS = ("f32le", "s16le")
 BYTES_PER_SAMPLE = {"f32le": 4, "s16le": 2}
 ROLES = ("user", "system", "assistant")
 DONE_REASONS = ("eos", "length", "cancelled", "interrupted", "error")
+TEXT_FILTERS = ("llm", "none")
+"""A speak's text_filter: "llm" drops reasoning and markdown (edged.llm_text); "none" speaks the text as sent."""
 
 # Id (edged.request): a request id, a non-empty string of at most 128 characters or an integer; echoed back exactly.
 
@@ -98,6 +100,8 @@ OPT_INT = _kind("an integer or nil", lambda v: v is None or _is_int(v))
 FORMAT = _one_of(FORMATS)
 ROLE = _one_of(ROLES)
 DONE_REASON = _one_of(DONE_REASONS)
+OPT_TEXT_FILTER = _kind("one of " + ", ".join(repr(x) for x in TEXT_FILTERS) + ", or nil",
+                        lambda v: v is None or (isinstance(v, str) and v in TEXT_FILTERS))
 
 
 def _keys(d: dict, where: str, known: Sequence[str], required: Sequence[str] = ()) -> None:

@@ -14,8 +14,9 @@ never waits for a paused member.
 A cancel is applied at the next boundary, so it lands within one frame. A failure while preparing
 one request fails that request only; a failure of a step fails the members of that step, and the
 loop goes on. Streamed text (`more_text`) is tokenized on its own thread (`streams.TextWorker`);
-the loop copies the committed ids' rows into the member's track, and a member whose text is used
-up sits out steps until more comes (or the text timeout makes the stream final). Why a request
+the loop passes each piece through the request's text filter (edged.llm_text), copies the
+committed ids' rows into the member's track, and a member whose text is used up sits out steps until
+more comes (or a text timeout ends the stream: the first piece's, or the next piece's). Why a request
 ended is the scheduler's to say; every accepted request gets exactly one `done`, when its
 generation is over and, on the local speaker, when its audio has been heard.
 """
@@ -30,6 +31,7 @@ import traceback
 from collections.abc import Callable, Hashable
 
 from edged.core import Core
+from edged.llm_text import LlmText
 from edged.scheduler.commands import Cancel, ClientLost, Command, Drain, MoreText, PlaybackEnded, StatusQuery, Submit
 from edged.scheduler.outputs import Clients, History, Job, Outputs, Recorder, Speaker
 from edged.scheduler.report import report
@@ -50,7 +52,8 @@ class CohortLoop:
     def __init__(self, core: Core, clients: Clients, *, inbox: queue.SimpleQueue | None = None, queue_limit: int = 16,
                  speaker: Speaker | None = None, reject_play_without_device: bool = False,
                  progress: Callable[[], None] = lambda: None, stall_after_steps: int = 0,
-                 history: History | None = None, recorder: Recorder | None = None, text_timeout_s: float = 10.0):
+                 history: History | None = None, recorder: Recorder | None = None, text_timeout_s: float = 10.0,
+                 first_text_timeout_s: float = 120.0):
         self.core = core
         self.clients = clients
         self.speaker = speaker
@@ -67,9 +70,10 @@ class CohortLoop:
         self.draining: Drain | None = None
         self.started = time.monotonic()
         self.text_timeout_s = text_timeout_s
+        self.first_text_timeout_s = first_text_timeout_s
         self.texts = TextWorker(self.inbox)
         self.streams: dict[Hashable, Entry] = {}
-        """Streamed requests whose text is still open (key -> entry), for the text timeout."""
+        """Streamed requests whose text is still open (key -> entry), for the text timeouts."""
 
     def close(self) -> None:
         self.texts.stop()
@@ -219,7 +223,8 @@ class CohortLoop:
             entry.plays = job.reply is not None
         self.clients.accepted(s.client, s.request.id)
         if s.request.more_text:
-            job.text = TextIn(self.core.text_stream(), job.accepted_at)
+            job.text = TextIn(self.core.text_stream(), job.accepted_at,
+                              LlmText() if s.request.text_filter == "llm" else None)
             self.streams[key] = entry
             self._piece(entry, s.request.text, final=False)
 
@@ -237,25 +242,46 @@ class CohortLoop:
             self._piece(entry, c.text, c.final)
 
     def _piece(self, entry: Entry, text: str, final: bool) -> None:
-        """One piece of a stream, in order, to the tokenizer thread."""
+        """One piece of a stream, in order, through its text filter to the tokenizer thread."""
         t: TextIn = entry.payload.text
-        t.pieces.append(text)
-        t.last_piece_at = time.monotonic()
-        t.closed = final
         if final:
-            self.streams.pop(entry.key, None)
-        if text or final:
-            self.texts.put(entry.key, t.stream, text, final)
+            self._close(entry)
+        try:
+            spoken = t.take(text, final, time.monotonic())
+        except Exception as exc:  # a filter failure fails that request only
+            log.error("filtering a text piece failed\n%s", traceback.format_exc(), extra={"request_id": str(entry.payload.id)})
+            self._close(entry)
+            if entry.status in (Status.WAITING, Status.RUNNING):
+                self._end(entry, "error", f"text filter failed: {exc}")
+            return
+        if spoken or final:
+            self.texts.put(entry.key, t.stream, spoken, final)
+
+    def _close(self, entry: Entry) -> None:
+        """No more text for this stream: a later `text` is an error, and no timeout applies."""
+        entry.payload.text.closed = True
+        self.streams.pop(entry.key, None)
 
     def _text_timeouts(self) -> None:
-        """A stream whose next piece is late by `text_timeout_s` is final (its held-back text is spoken)."""
+        """A stream with no text `first_text_timeout_s` after its acceptance ends with an error; one
+        whose next piece is late by `text_timeout_s` is final (its held-back text is spoken)."""
         if not self.streams:
             return
         now = time.monotonic()
-        for entry in [e for e in self.streams.values() if now - e.payload.text.last_piece_at > self.text_timeout_s]:
-            log.warning("text stream timed out: treated as final", extra={"request_id": str(entry.payload.id)})
-            entry.payload.text.timed_out = True
-            self._piece(entry, "", final=True)
+        for entry in list(self.streams.values()):
+            job: Job = entry.payload
+            t = job.text
+            assert t is not None  # only streams are here
+            if not t.has_text and now - job.accepted_at > self.first_text_timeout_s:
+                log.warning("no text came: the stream ends", extra={"request_id": str(job.id)})
+                t.timed_out = "daemon.first_text_timeout_ms"
+                self._close(entry)
+                self._end(entry, "error", f"no text came within daemon.first_text_timeout_ms "
+                                          f"({self.first_text_timeout_s * 1000:.0f} ms)")
+            elif t.has_text and now - t.last_piece_at > self.text_timeout_s:
+                log.warning("text stream timed out: treated as final", extra={"request_id": str(job.id)})
+                t.timed_out = "daemon.text_timeout_ms"
+                self._piece(entry, "", final=True)
 
     def _committed(self, c: Committed) -> None:
         """Ids the tokenizer is sure of: onto the member's track, or kept until the request joins."""
@@ -266,7 +292,8 @@ class CohortLoop:
         t = entry.payload.text
         t.final = c.final
         if c.error or (c.final and not t.text.strip()):
-            self._end(entry, "error", c.error or "text is empty")
+            empty = "text is empty" if t.blank else "text is empty after the llm text filter (all of it was reasoning or markup)"
+            self._end(entry, "error", c.error or empty)
         elif entry.status is Status.WAITING:
             t.ids += c.ids
             entry.startable = bool(t.ids)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from edged.llm_text import LlmText
 from edged.talker.text import Streamed, TextStream
 
 log = logging.getLogger("edged.streams")
@@ -38,15 +39,24 @@ class TextIn:
 
     stream: TextStream
     last_piece_at: float
+    filter: LlmText | None = None
+    """The text filter the pieces go through before they are spoken (text_filter "llm")."""
     pieces: list[str] = field(default_factory=list)
-    """Everything received: the reply's original text for its history."""
+    """Everything received, as spoken (filtered): the reply's original text for its history."""
+    has_text: bool = False
+    """A piece that is not empty has come (the speak's own text, or a `text`): from then on the wait
+    is for the next piece (daemon.text_timeout_ms), no longer for the first (first_text_timeout_ms)."""
+    blank: bool = True
+    """Every piece received was blank (before the filter)."""
     ids: list[int] = field(default_factory=list)
     """Committed ids not yet on a member's track (before the request has joined the cohort)."""
     closed: bool = False
-    """The final piece has gone to the tokenizer (sent by the client, or after the text timeout)."""
+    """No more text is taken: the final piece has gone to the tokenizer (sent by the client, or after
+    the text timeout), or the stream ended without it (no first text, a filter failure)."""
     final: bool = False
     """Every id is committed."""
-    timed_out: bool = False
+    timed_out: str | None = None
+    """The config key of the wait that ran out: "daemon.first_text_timeout_ms" or "daemon.text_timeout_ms"."""
     late: bool = False
     """Text came after generation had ended: it was never spoken."""
     wait_frames: int = 0
@@ -57,6 +67,16 @@ class TextIn:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def take(self, piece: str, final: bool, now: float) -> str:
+        """A piece as it came; what of it is spoken now (the filter may hold some back until later
+        pieces, or `final`), kept for the history."""
+        self.last_piece_at = now
+        self.has_text = self.has_text or bool(piece)
+        self.blank = self.blank and not piece.strip()
+        spoken = piece if self.filter is None else self.filter.feed(piece) + (self.filter.end() if final else "")
+        self.pieces.append(spoken)
+        return spoken
 
     def streamed(self) -> Streamed:
         """What the prefill reads: the committed ids so far (taken: later ids extend the track)."""
@@ -76,8 +96,11 @@ class TextIn:
 
     def report(self) -> dict:
         self.resumed(time.monotonic())
-        return {"text_wait_ms": round(self.wait_ms, 3), "text_wait_frames": self.wait_frames,
-                "text_timed_out": self.timed_out}
+        out: dict = {"text_wait_ms": round(self.wait_ms, 3), "text_wait_frames": self.wait_frames,
+                     "text_timed_out": self.timed_out is not None}
+        if self.timed_out is not None:
+            out["text_timeout"] = self.timed_out
+        return out
 
 
 class TextWorker:

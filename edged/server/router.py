@@ -20,6 +20,7 @@ import zmq
 
 from edged import protocol as wire
 from edged.history.service import Ack, AddTurn, History, Query, Reserve
+from edged.llm_text import LlmText, filter_llm_text
 from edged.request import Sampling, SpeechRequest
 from edged.scheduler.commands import Cancel, ClientLost, MoreText, StatusQuery, Submit
 from edged.server.sockets import bind, connect, unbind_path
@@ -147,7 +148,10 @@ class Server:
             session = message.session or None
             reservation = next(self.reservations)
             if session is not None:  # the reply's slot in the history comes before anything sent after it
-                self._history(message).inbox.put(Reserve(client, message.id, session, message.text, message.voice,
+                spoken = request.text  # for a stream, replaced by all of its spoken text when it ends
+                if request.more_text and request.text_filter == "llm":
+                    spoken = LlmText().feed(request.text)
+                self._history(message).inbox.put(Reserve(client, message.id, session, spoken, message.voice,
                                                          local=message.play, reservation=reservation))
             return Submit(client, request, stream=message.stream, format=message.format, play=message.play,
                           report_codes=message.report_codes, session=session, reservation=reservation)
@@ -186,8 +190,10 @@ class Server:
         sampling = replace(self.defaults, **{k: v for k, v in (m.sampling or {}).items() if v is not None})
         max_frames = max(1, int(m.max_audio_ms // self.frame_ms)) if m.max_audio_ms else None
         clone = self.voices.book.get(m.voice) if self.voices is not None else None
-        return SpeechRequest(id=m.id, text=m.text, voice=m.voice, language=m.language, instruct=m.instruct, clone=clone,
-                             sampling=sampling, max_frames=max_frames, more_text=m.more_text,
+        text_filter = m.text_filter or ("llm" if m.more_text else "none")
+        text = filter_llm_text(m.text) if text_filter == "llm" and not m.more_text else m.text  # a stream's: the loop's
+        return SpeechRequest(id=m.id, text=text, voice=m.voice, language=m.language, instruct=m.instruct, clone=clone,
+                             sampling=sampling, max_frames=max_frames, more_text=m.more_text, text_filter=text_filter,
                              dual_track=True if m.more_text else None,
                              context=tuple((t["role"], t["content"]) for t in m.context or ()),
                              media=None if m.media is None else media_rows(m.media, blob))

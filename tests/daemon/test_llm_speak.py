@@ -1,77 +1,53 @@
-"""scripts/llm_speak.py against a small local HTTP server that streams a canned chat completion
-(server-sent events, as OpenAI-compatible servers send them), into the real daemon."""
+"""scripts/llm_speak.py against a small local HTTP server that streams chat completions (server-sent
+events, as OpenAI-compatible servers send them), into the real daemon: one answer, a conversation
+from standard input (in a session, and kept by the script without one), reasoning that is never
+spoken, and an LLM that fails. tests/audio/test_llm_conversation.py plays a conversation on a speaker,
+where the history keeps what was heard."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
+from support.completions import completions_server, content
+
+from edged.audio.wav import read_wav
 from edged.client import Client
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "llm_speak.py"
 ANSWER = ["Mars", " is", " cold", " and", " dry", ",", " with", " thin", " air", " and", " red", " dust", "."]
+REASONED = [{"reasoning_content": "The user asks about Mars."}, {"reasoning_content": " Be brief."},
+            *content(["<think>Mars is the fourth planet", ".</think>\n\n**Mars**", " is *cold*", " and", " dry",
+                      ",", " with", " `thin`", " air", " and", " red", " dust", "."])]
+"""ANSWER with reasoning sent apart, a think block in the content, and markdown."""
 
 
-class Completions(BaseHTTPRequestHandler):
-    requests: list[dict] = []
-    fail = False
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Completions.requests.append({"body": body, "auth": self.headers.get("Authorization")})
-        if Completions.fail:
-            self.send_response(500)
-            self.end_headers()
-            self.wfile.write(b"model is loading")
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        role = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
-        self.wfile.write(f"data: {json.dumps(role)}\n\n".encode())
-        for piece in ANSWER:
-            chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-            time.sleep(0.03)
-        self.wfile.write(b"data: [DONE]\n\n")
-
-    def log_message(self, *args) -> None:
-        pass
+def run(url: str, endpoint: str, *extra: str, prompt: str = "What is Mars like?", stdin: str | None = None):
+    return subprocess.run([sys.executable, str(SCRIPT), prompt, "--url", url, "--model", "tiny",
+                           "--endpoint", endpoint, "--no-play", *extra], input=stdin, capture_output=True, text=True,
+                          timeout=300)
 
 
-def serve() -> tuple[ThreadingHTTPServer, str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
-
-
-def run(url: str, endpoint: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "What is Mars like?", "--url", url, "--model", "tiny",
-                           "--endpoint", endpoint, "--no-play", *extra], capture_output=True, text=True, timeout=120)
+def reports(done: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
 
 
 def test_the_bridge_speaks_the_completion_as_it_streams(start_daemon, tmp_path):
     daemon = start_daemon()
-    server, url = serve()
     key = tmp_path / "key"
     key.write_text("secret-key\n")
-    try:
-        Completions.fail = False
-        done = run(url, daemon.endpoint, "--session", "mars", "--system", "Be brief.", "--api-key-file", str(key),
+    with completions_server() as llm:
+        llm.answers = [content(ANSWER)]
+        done = run(llm.url, daemon.endpoint, "--session", "mars", "--system", "Be brief.", "--api-key-file", str(key),
                    "--out", str(tmp_path / "answer.wav"))
-    finally:
-        server.shutdown()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "".join(ANSWER)
-    report = json.loads(done.stderr.strip().splitlines()[-1])
+    (report,) = reports(done)
     assert report["reason"] in ("eos", "length") and report["stages"][0]["text_tokens"] > 10
-    sent = Completions.requests[-1]
+    sent = llm.requests[-1]
     assert sent["auth"] == "Bearer secret-key" and sent["body"]["stream"] is True
     assert sent["body"]["messages"] == [{"role": "system", "content": "Be brief."},
                                         {"role": "user", "content": "What is Mars like?"}]
@@ -80,16 +56,61 @@ def test_the_bridge_speaks_the_completion_as_it_streams(start_daemon, tmp_path):
     assert [t["role"] for t in turns] == ["user", "assistant"] and turns[1]["response_id"] == report["id"]
 
 
+def test_a_conversation_from_standard_input_keeps_its_turns_in_the_session(start_daemon):
+    """One exchange per line; each sends the LLM the system message and the session's history as the
+    daemon holds it (here nothing was heard: the replies were not played), the new prompt last."""
+    daemon = start_daemon()
+    with completions_server() as llm:
+        llm.answers = [content(ANSWER), content(["Yes", ", it", " is", "."])]
+        done = run(llm.url, daemon.endpoint, "--session", "talk", "--system", "Be brief.", "--max-audio-ms", "4000",
+                   prompt="-", stdin="What is Mars like?\n\nIs it cold?\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["".join(ANSWER), "Yes, it is."]
+    first, second = reports(done)
+    with Client(daemon.endpoint) as client:
+        turns = client.history("talk", wait=True)
+    assert [(t["role"], t.get("response_id")) for t in turns] == [
+        ("user", None), ("assistant", first["id"]), ("user", None), ("assistant", second["id"])]
+    assert len(llm.requests) == 2
+    assert llm.messages(0) == [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "What is Mars like?"}]
+    assert llm.messages(1) == [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "What is Mars like?"},
+                               {"role": "assistant", "content": turns[1]["content"]},
+                               {"role": "user", "content": "Is it cold?"}]
+
+
+def test_reasoning_is_neither_spoken_nor_sent_back(start_daemon, tmp_path):
+    """Reasoning sent apart never reaches the daemon, and a think block and markdown in the answer are
+    not spoken: the audio is the plain answer's. Without a session the script keeps the conversation,
+    each answer as spoken."""
+    daemon = start_daemon()
+    with completions_server() as llm:
+        llm.answers = [REASONED]
+        reasoned = run(llm.url, daemon.endpoint, "--max-audio-ms", "4000", "--out", str(tmp_path / "reasoned.wav"),
+                       prompt="-", stdin="What is Mars like?\nAnd its air?\n")
+        llm.answers = [content(ANSWER)]
+        plain = run(llm.url, daemon.endpoint, "--max-audio-ms", "4000", "--out", str(tmp_path / "plain.wav"))
+    assert reasoned.returncode == 0 and plain.returncode == 0, reasoned.stderr + plain.stderr
+    assert "reason" not in reasoned.stdout and "<think>" in reasoned.stdout  # it prints the answer as written
+    reasoned_pcm, rate = read_wav(tmp_path / "reasoned.wav")
+    plain_pcm, _ = read_wav(tmp_path / "plain.wav")
+    assert rate == 24000 and len(plain_pcm) == 4000 * 24
+    assert np.array_equal(reasoned_pcm, np.concatenate([plain_pcm, plain_pcm]))
+    assert llm.messages(1) == [{"role": "user", "content": "What is Mars like?"},
+                               {"role": "assistant", "content": "".join(ANSWER)},
+                               {"role": "user", "content": "And its air?"}]
+
+
 def test_a_failing_llm_is_reported_and_nothing_is_left_open(start_daemon):
     daemon = start_daemon()
-    server, url = serve()
-    try:
-        Completions.fail = True
-        done = run(url, daemon.endpoint)
-    finally:
-        server.shutdown()
+    with completions_server() as llm:
+        llm.failure = b"model is loading"
+        done = run(llm.url, daemon.endpoint)
+    gone = run(llm.url, daemon.endpoint)  # the server has shut down: its port refuses
     assert done.returncode == 2 and "HTTP 500: model is loading" in done.stderr
+    assert gone.returncode == 2 and f"llm_speak: {llm.url}: [Errno 111] Connection refused" in gone.stderr
     with Client(daemon.endpoint) as client:
         status = client.status()
     assert status["cohort"]["running"] == 0 and status["queue"]["waiting"] == 0
-    assert status["counters"]["done"]["cancelled"] == 1
+    assert status["counters"]["done"]["cancelled"] == 2

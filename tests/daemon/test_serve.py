@@ -182,6 +182,8 @@ def test_malformed_and_oversized_get_error_and_daemon_keeps_serving(shared_daemo
         msgpack.packb({"op": "dance", "id": "x"}): "unknown op 'dance'",
         msgpack.packb({"op": "speak", "id": "x"}): "speak: missing field 'text'",
         msgpack.packb({"op": "speak", "id": "x", "text": "hi", "play": "yes"}): "speak.play must be a bool",
+        msgpack.packb({"op": "speak", "id": "x", "text": "hi", "more_text": True, "text_filter": "markdown"}):
+            "speak.text_filter must be one of 'llm', 'none', or nil, got str 'markdown'",
         msgpack.packb({"op": "speak", "id": "x", "text": "hi", "voise": "a"}): "unknown field 'voise'",
         msgpack.packb({"op": "speak", "id": "x", "text": "a" * (2 << 20)}): "message too large",
         msgpack.packb({"op": "speak", "id": "x", "text": "hi", **{f"k{i}": i for i in range(50000)}}): "unknown field",

@@ -5,7 +5,11 @@
 2. Bad input gets an `error` naming the id; an empty stream, text beyond the KV room, a stream that
    stops sending (the text timeout), a cancel at any point and SIGTERM each end the reply with
    exactly one `done`, and the daemon keeps serving.
-3. `edged say -` speaks standard input as it comes.
+3. The first piece has a wait of its own (daemon.first_text_timeout_ms): a late one is spoken, none
+   at all ends the reply with an error; after it, a gap beyond daemon.text_timeout_ms makes the text final.
+4. Reasoning and markdown are not spoken (text_filter "llm", a stream's default): the frames are
+   those of the plain text, however the pieces were cut.
+5. `edged say -` speaks standard input as it comes.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ import time
 
 import pytest
 
-from edged.client import Client, ProtocolError
+from edged.client import Client, ProtocolError, RequestRejected
+from edged.llm_text import filter_llm_text
 
 TEXT = "Well, here's the answer you asked for: it's twelve o'clock, and the café is still open."
 FRAMES = 60
+REASONED = ("<think>\nThe user asked for the time. Keep it *short*.\n</think>\n\n**Well**, here's the answer you "
+            "asked for: it's *twelve o'clock*, and the [café](https://example.org/cafe_(open)) is still open.")
+"""An LLM's reply whose spoken text is TEXT."""
 
 
 def words(text: str) -> list[str]:
@@ -88,8 +96,75 @@ def test_a_stream_that_stops_sending_is_final_after_the_text_timeout(start_daemo
         t0 = time.monotonic()
         done = stream.wait()
     assert done.reason in ("eos", "length") and done.report["text_timed_out"] is True
+    assert done.report["text_timeout"] == "daemon.text_timeout_ms"
     assert time.monotonic() - t0 >= 0.3
     assert done.report["stages"][0]["text_tokens"] > 5  # the held-back last word was spoken too
+
+
+def test_a_first_piece_later_than_the_text_timeout_is_spoken(start_daemon):
+    """Until the first piece, only first_text_timeout_ms applies (counted from acceptance; an empty
+    piece is no text); after it, a gap beyond text_timeout_ms makes the text final, and all of it is
+    spoken: the frames of the same text sent at once."""
+    daemon = start_daemon(config="[daemon]\ntext_timeout_ms = 300\nfirst_text_timeout_ms = 60000\n")
+    common = dict(voice="ryan", play=False, max_audio_ms=FRAMES * 80, report_codes=True)
+    with Client(daemon.endpoint) as client:
+        late = client.speak("", more_text=True, **common)
+        assert late.next_event().op == "accepted"
+        late.feed("")
+        time.sleep(1.5)  # five text timeouts after its acceptance
+        late.feed(TEXT)  # and then nothing more
+        done = late.wait()
+        prompt = client.speak(TEXT, more_text=True, **common)
+        prompt.end()
+        at_once = prompt.wait()
+    assert done.reason == at_once.reason == "length" and done.error is None
+    assert done.report["text_timed_out"] is True and done.report["text_timeout"] == "daemon.text_timeout_ms"
+    assert done.report["queued_ms"] >= 1500  # it waited in the queue for its first token
+    assert done.report["rvq_codes"] == at_once.report["rvq_codes"]
+    assert at_once.report["text_timed_out"] is False and "text_timeout" not in at_once.report
+
+
+def test_no_text_within_the_first_text_timeout_ends_the_reply(start_daemon):
+    daemon = start_daemon(config="[daemon]\ntext_timeout_ms = 100\nfirst_text_timeout_ms = 800\n")
+    with Client(daemon.endpoint) as client:
+        stream = client.speak("", more_text=True, play=False)
+        stream.feed("")  # empty pieces are no text
+        done = stream.wait()
+        client.send_text(stream.id, "too late")
+        with pytest.raises(ProtocolError, match="text: no speak with id"):
+            client.status()
+        assert client.speak("Still serving.", play=False, max_audio_ms=400).wait().reason == "length"
+    assert (done.reason, done.error) == ("error", "no text came within daemon.first_text_timeout_ms (800 ms)")
+    assert done.report["text_timed_out"] is True and done.report["text_timeout"] == "daemon.first_text_timeout_ms"
+    assert done.report["frames"] == 0 and done.report["queued_ms"] >= 800
+
+
+def test_reasoning_and_markdown_are_not_spoken(start_daemon):
+    """A streamed reply with a think block and markdown, cut by word or by character, makes the frames
+    of its plain text sent in one piece; text_filter "none" speaks the markup; a whole text is
+    filtered when it asks for "llm"; a stream that is all reasoning has nothing to speak."""
+    assert filter_llm_text(REASONED) == TEXT
+    daemon = start_daemon()
+    common = dict(voice="ryan", play=False, max_audio_ms=FRAMES * 80, report_codes=True)
+    with Client(daemon.endpoint) as client:
+        plain = client.speak(TEXT, more_text=True, text_filter="none", **common)
+        plain.end()
+        plain_done = plain.wait()
+        by_word = client.speak_iter(iter(words(REASONED)), **common).wait()
+        by_char = client.speak_iter(iter(REASONED), **common).wait()
+        unfiltered = client.speak_iter(iter(words(REASONED)), text_filter="none", **common).wait()
+        whole = client.speak(TEXT, **common).wait()
+        whole_filtered = client.speak(REASONED, text_filter="llm", **common).wait()
+        thinking = client.speak_iter(iter(["<think>Only", " thinking", "</think>\n"]), play=False).wait()
+        with pytest.raises(RequestRejected, match="text is empty"):
+            client.speak("<think>Only thinking</think>", text_filter="llm", play=False).wait()
+    codes = plain_done.report["rvq_codes"]
+    assert by_word.report["rvq_codes"] == by_char.report["rvq_codes"] == codes
+    assert by_word.report["stages"][0]["text_tokens"] == plain_done.report["stages"][0]["text_tokens"]
+    assert unfiltered.report["rvq_codes"] != codes
+    assert whole_filtered.report["rvq_codes"] == whole.report["rvq_codes"]
+    assert (thinking.reason, thinking.error) == (
+        "error", "text is empty after the llm text filter (all of it was reasoning or markup)")
 
 
 def test_cancel_at_any_point_of_a_stream(start_daemon):

@@ -196,10 +196,11 @@ def test_zeroconf_advertises_the_service_for_home_assistant(front, tmp_path):
 
 def test_an_enrolled_voice_is_described_and_speaks_streamed_text_whole(front):
     """A voice enrolled in context shows up in `info` at once; its streamed text is gathered and
-    spoken at synthesize-stop (it takes only whole text), equal to the daemon's whole-text reply."""
+    spoken at synthesize-stop (it takes only whole text), equal to the daemon's whole-text reply; an
+    LLM's reasoning and markdown in it are not spoken, as in streamed text."""
     t = np.arange(2 * 24000) / 24000
     reference = (0.3 * np.sin(2 * np.pi * (140 + 40 * np.sin(2 * np.pi * 3 * t)) * t)).astype(np.float32)
-    pieces = ["Hello from ", "the front ", "door."]
+    pieces = ["<think>Greet them.</think>**Hello** from ", "the *front* ", "door."]
 
     async def describe_and_stream() -> tuple[Info, list[str], bytes]:
         async with AsyncTcpClient("127.0.0.1", front.wyoming.port) as client:
@@ -219,7 +220,7 @@ def test_an_enrolled_voice_is_described_and_speaks_streamed_text_whole(front):
         described = {v.name: v for v in info.tts[0].voices}["grandma"]
         assert described.description == "grandma: enrolled voice (icl)" and "en" in described.languages
         assert types[0] == "audio-start" and types[-2:] == ["audio-stop", "synthesize-stopped"]
-        assert audio == front.reference("".join(pieces), voice="grandma")
+        assert audio == front.reference("Hello from the front door.", voice="grandma")
     finally:
         with Client(front.daemon.endpoint) as client:
             client.voice_remove("grandma")

@@ -82,6 +82,20 @@ def test_a_streamed_reply_keeps_everything_received_as_its_text(daemon):
     assert long[0]["content"] == expected_prefix(TEXT, 6000) and len(long[0]["content"]) > len(pieces[0]) + 20
 
 
+def test_a_filtered_stream_keeps_its_text_as_spoken(daemon):
+    """A stream's reasoning and markdown (text_filter "llm", its default) are not in its turn: the
+    heard prefix is cut from the spoken text."""
+    pieces = ["<think>The user wants a", " test.</think>\n\n**Hel", "lo** there, this is a *test* of", " the `history`,",
+              " and it goes on for a while."]
+    with Client(daemon.endpoint) as client:
+        utt = client.speak_iter(iter(pieces), session="f", play=False, stream=True, max_audio_ms=8000)
+        assert utt.wait().reason == "length"
+        client.ack(utt.id, 3000, final=True)
+        turns = client.history("f", wait=True)
+    assert turns == [{"role": "assistant", "content": expected_prefix(TEXT, 3000), "interrupted": True,
+                      "response_id": utt.id}]
+
+
 def test_a_stricter_final_ack_shortens_the_prefix(daemon):
     with Client(daemon.endpoint) as client:
         utt = client.speak(TEXT, session="c", play=False, stream=True, max_audio_ms=4000)

@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edged.client import Client, ProtocolError, RequestRejected
-from edged.config import default_endpoint
+from edged.locate import NoDaemon, candidates, daemon_endpoint
 from edged.llm_text import filter_llm_text
 
 
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--system", default=None, help="a system message, first in every exchange")
     p.add_argument("--api-key-file", type=Path, default=None, help="a file holding the API key (sent as a bearer token)")
-    p.add_argument("--endpoint", default=None, help=f"the daemon (default: {default_endpoint()})")
+    p.add_argument("--endpoint", default=None,
+                   help=f"the daemon (default: the first of {', '.join(map(str, candidates()))} a daemon listens on)")
     p.add_argument("--voice", default=None)
     p.add_argument("--language", default=None)
     p.add_argument("--session", default=None, help="keep the conversation in this session's history")
@@ -185,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
 
     api_key = args.api_key_file.read_text().strip() if args.api_key_file else None
     code, audio = 0, []  # audio: (pcm, sample rate) of each answer
-    with Client(args.endpoint or default_endpoint(), timeout_s=args.timeout) as client:
+    try:
+        endpoint = daemon_endpoint(args.endpoint)
+    except NoDaemon as exc:
+        print(f"llm_speak: {exc}", file=sys.stderr)
+        return 2
+    with Client(endpoint, timeout_s=args.timeout) as client:
         conversation = Conversation(client, args.session, args.system)
         try:
             for prompt in prompts(args.prompt):

@@ -100,3 +100,16 @@ def test_the_doors_recipe(tmp_path):
         assert out.read_bytes()[:4] == b"RIFF" and out.stat().st_size > 44
     finally:
         out.unlink()
+
+
+def test_the_llm_recipe(tmp_path):
+    """Two prompts, one session: the second request to the LLM carries the first exchange as the
+    daemon's history holds it (the first answer as heard: with no speaker on this machine, by nobody)."""
+    from support.completions import completions_server, content
+
+    with completions_server(port=8000) as llm:
+        llm.answers = [content(["<think>Mars?</think>", "Mars is **cold**."]), content(["About minus sixty."])]
+        done = run_recipe("llm", tmp_path)
+    assert [m["role"] for m in llm.messages(1)] == ["user", "assistant", "user"]
+    assert [m["content"] for m in llm.messages(1)][::2] == ["What is Mars like?", "And how cold is it?"]
+    assert "user: What is Mars like?" in done.stdout and "user: And how cold is it?" in done.stdout  # edged history

@@ -33,7 +33,8 @@ class Completions:
 
 
 @contextmanager
-def completions_server() -> Iterator[Completions]:
+def completions_server(port: int = 0) -> Iterator[Completions]:
+    """port 0: any free one."""
     server_state = Completions()
 
     class Handler(BaseHTTPRequestHandler):
@@ -63,7 +64,7 @@ def completions_server() -> Iterator[Completions]:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server_state.url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
     try:

@@ -198,6 +198,75 @@ def test_each_installed_unit_verifies_cleanly(installed, unit):
     assert (done.returncode, done.stderr) == (0, "")
 
 
+class Unit:
+    """The installed edged.service run as systemd would run it (see the module's docstring)."""
+
+    def __init__(self, ns: Namespace, log_path: Path):
+        root = ns.root
+        service = directives((root / "etc/systemd/system/edged.service").read_text())
+        self.unit = unit = {key: values[-1] for key, values in service.items()}
+        self.argv = shlex.split(unit["ExecStart"])
+        self.uid, self.gid = uid, gid = ns.ids(unit["User"])
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/var/lib/edged",
+               "USER": unit["User"], "LOGNAME": unit["User"], "SHELL": "/usr/sbin/nologin", "LANG": "C.UTF-8",
+               "WATCHDOG_USEC": str(int(unit["WatchdogSec"].removesuffix("s")) * 1_000_000)}
+        for kind, base in (("Runtime", "/run"), ("State", "/var/lib"), ("Cache", "/var/cache"), ("Configuration", "/etc")):
+            path = Path(base) / unit[f"{kind}Directory"]
+            outside = root / str(path).lstrip("/")
+            outside.mkdir(exist_ok=True)
+            if kind != "Configuration":  # systemd leaves /etc/NAME to root
+                os.chown(outside, uid, gid)
+            outside.chmod(int(unit.get(f"{kind}DirectoryMode", "0755"), 8))
+            env[f"{kind.upper()}_DIRECTORY"] = str(path)
+        for assignment in service["Environment"]:
+            for pair in shlex.split(assignment):
+                name, _, value = pair.partition("=")
+                env[name] = expand(value)
+        groups = ns.run("id", "-Gn", unit["User"]).stdout.split() + unit["SupplementaryGroups"].split()
+        self.notify = NotifySocket(f"@edged-install-{os.getpid()}")  # abstract: user edged reaches it
+        env["NOTIFY_SOCKET"] = self.notify.address
+        self.env, self.log_path = env, log_path
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(ns.command("setpriv", f"--reuid={unit['User']}", f"--regid={unit['Group']}",
+                                                    f"--groups={','.join(groups)}", "--no-new-privs", "--", *self.argv),
+                                         env=env, cwd="/", umask=int(unit["UMask"], 8), stdout=log,
+                                         stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def ready(self) -> None:
+        self.notify.wait_for("READY=1", 120, self.proc, self.log)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.notify.close()
+
+
+def login(ns: Namespace, user: str, *useradd: str) -> dict[str, str]:
+    """A user of the namespace (created unless there is one), with a login's empty runtime directory:
+    the environment their commands run with."""
+    if ns.run("id", user).returncode != 0:
+        ns.run("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", *useradd, user)
+    uid, gid = ns.ids(user)
+    own = ns.root / f"run/user/{uid}"  # no daemon of its own
+    own.mkdir(parents=True, exist_ok=True)
+    os.chown(own, uid, gid)
+    own.chmod(0o700)
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/nonexistent", "USER": user,
+            "XDG_RUNTIME_DIR": f"/run/user/{uid}"}
+
+
+def as_user(ns: Namespace, user: str, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return ns.run("setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv, env=env, timeout=120)
+
+
 @AS_ROOT
 def test_the_installed_unit_boots_serves_group_edged_and_stops(installed, tmp_path):
     """1. The installed edged.service's ExecStart (`edged serve`, no --config) runs as user edged with
@@ -210,69 +279,65 @@ def test_the_installed_unit_boots_serves_group_edged_and_stops(installed, tmp_pa
     4. A user not in group edged gets one line naming the socket and the group to join, exit 1.
     5. SIGTERM: STOPPING=1, exit 0."""
     ns, root = installed.ns, installed.ns.root
-    service = directives((root / "etc/systemd/system/edged.service").read_text())
-    unit = {key: values[-1] for key, values in service.items()}
-    argv = shlex.split(unit["ExecStart"])
-    assert argv == ["/opt/edged/bin/edged", "serve"]
-    uid, gid = ns.ids(unit["User"])
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/var/lib/edged",
-           "USER": unit["User"], "LOGNAME": unit["User"], "SHELL": "/usr/sbin/nologin", "LANG": "C.UTF-8",
-           "WATCHDOG_USEC": str(int(unit["WatchdogSec"].removesuffix("s")) * 1_000_000)}
-    for kind, base in (("Runtime", "/run"), ("State", "/var/lib"), ("Cache", "/var/cache"), ("Configuration", "/etc")):
-        path = Path(base) / unit[f"{kind}Directory"]
-        outside = root / str(path).lstrip("/")
-        outside.mkdir(exist_ok=True)
-        if kind != "Configuration":  # systemd leaves /etc/NAME to root
-            os.chown(outside, uid, gid)
-        outside.chmod(int(unit.get(f"{kind}DirectoryMode", "0755"), 8))
-        env[f"{kind.upper()}_DIRECTORY"] = str(path)
-    for assignment in service["Environment"]:
-        for pair in shlex.split(assignment):
-            name, _, value = pair.partition("=")
-            env[name] = expand(value)
-    groups = ns.run("id", "-Gn", unit["User"]).stdout.split() + unit["SupplementaryGroups"].split()
-    notify = NotifySocket(f"@edged-install-{os.getpid()}")  # abstract: user edged reaches it
-    env["NOTIFY_SOCKET"] = notify.address
-    log_path = tmp_path / "daemon.log"
-    with open(log_path, "w") as log:
-        daemon = subprocess.Popen(ns.command("setpriv", f"--reuid={unit['User']}", f"--regid={unit['Group']}",
-                                             f"--groups={','.join(groups)}", "--no-new-privs", "--", *argv),
-                                  env=env, cwd="/", umask=int(unit["UMask"], 8), stdout=log, stderr=subprocess.STDOUT)
+    unit = Unit(ns, tmp_path / "daemon.log")
     try:
-        notify.wait_for("READY=1", 120, daemon, log_path.read_text)
+        assert unit.argv == ["/opt/edged/bin/edged", "serve"]
+        unit.ready()
         sock = (root / "run/edged/edged.sock").stat()
-        assert ((sock.st_uid, sock.st_gid), sock.st_mode & 0o777) == ((uid, gid), 0o660)
+        assert ((sock.st_uid, sock.st_gid), sock.st_mode & 0o777) == ((unit.uid, unit.gid), 0o660)
 
-        def client(user: str, *groups: str) -> subprocess.CompletedProcess:
-            ns.run("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", *groups, user)
-            user_uid, user_gid = ns.ids(user)
-            own = root / f"run/user/{user_uid}"  # a login's runtime directory, with no daemon of its own
-            own.mkdir(parents=True)
-            os.chown(own, user_uid, user_gid)
-            own.chmod(0o700)
-            return ns.run("setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--",
-                          "/opt/edged/bin/edged", "status", "--json",
-                          env={"PATH": env["PATH"], "HOME": "/nonexistent", "USER": user,
-                               "XDG_RUNTIME_DIR": f"/run/user/{user_uid}"})
-
-        member = client("member", "--groups", "edged")
+        member = as_user(ns, "member", "/opt/edged/bin/edged", "status", "--json",
+                         env=login(ns, "member", "--groups", "edged"))
         assert member.returncode == 0, member.stderr
         assert json.loads(member.stdout)["state"] == "serving"
-        stranger = client("stranger")
+        stranger = as_user(ns, "stranger", "/opt/edged/bin/edged", "status", "--json", env=login(ns, "stranger"))
         assert stranger.returncode == 1
         line = stranger.stderr.strip()
         assert "\n" not in line and line.startswith("edged status: no daemon found ("), stranger.stderr
         assert f"ipc:///run/edged/edged.sock: permission denied ({GROUP_HINT})" in line
 
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=60) == 0, log_path.read_text()
-        notify.receive(0.5)
-        assert "STOPPING=1" in notify.messages
+        assert unit.stop() == 0, unit.log()
+        unit.notify.receive(0.5)
+        assert "STOPPING=1" in unit.notify.messages
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
-        notify.close()
+        unit.close()
+
+
+@AS_ROOT
+def test_the_readmes_systemd_recipe(installed, tmp_path):
+    """The README's systemd recipe after its install line, as written, run as root (`sudo` is a shell
+    function that runs its command) for a user `cook` whose home holds an artifact exported as the
+    model recipe does (here the built-in one, whose speakers include vivian); `systemctl restart
+    edged` is the unit run as above; the last line runs as cook, after the new login the recipe asks
+    for. The daemon then serves the artifact the recipe configured."""
+    from test_recipes import recipes
+
+    ns, root = installed.ns, installed.ns.root
+    lines = recipes()["systemd"]
+    assert lines[0].split("#")[0].strip() == "sudo make install-system"
+    restart = next(i for i, line in enumerate(lines) if line.split("#")[0].strip() == "sudo systemctl restart edged")
+    before, after = lines[1:restart], lines[restart + 1:]
+    config = root / "etc/edged/edged.toml"
+    shipped = config.read_text()
+    home = root / "home-cook"
+    shutil.copytree(ROOT / "edged/data/tiny", home / "edged/0.6b-customvoice")
+    env = login(ns, "cook") | {"HOME": "/home-cook"}
+    steps = ns.run("bash", "-c", "set -euo pipefail\nsudo() { \"$@\"; }\n" + "\n".join(before),
+                   env={**env, "PATH": os.environ["PATH"]})
+    assert steps.returncode == 0, steps.stdout + steps.stderr
+    unit = Unit(ns, tmp_path / "daemon.log")
+    try:
+        assert 'artifact = "/var/lib/edged/artifacts/0.6b-customvoice"' in config.read_text()
+        unit.ready()
+        said = as_user(ns, "cook", "bash", "-c", "set -euo pipefail\n" + "\n".join(after), env=env)
+        assert said.returncode == 0, said.stdout + said.stderr
+        assert json.loads(said.stdout)["reason"] in ("eos", "length")
+        status = as_user(ns, "cook", "edged", "status", "--json", env=env)
+        assert json.loads(status.stdout)["artifact"] == "/var/lib/edged/artifacts/0.6b-customvoice"
+        assert unit.stop() == 0, unit.log()
+    finally:
+        unit.close()
+        config.write_text(shipped)
 
 
 @AS_ROOT

@@ -184,7 +184,7 @@ def _explain(exc: OSError, repo_id: str, revision: str) -> str:
         return f"{where}: a file it lists is not there ({_reason(exc)})"
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         if exc.response.status_code == 401:  # the hub's answer to a token it does not know
-            return f"{where}: {endpoint} refused the token sent (401 Unauthorized): {LOGIN} with a valid one"
+            return f"{where}: {endpoint} does not know the token sent (401 Unauthorized): {LOGIN}"
         return f"{where}: {endpoint} answered {exc.response.status_code} {exc.response.reason}"
     import requests
 

@@ -134,7 +134,7 @@ def test_a_gated_or_unknown_repo_is_one_line_saying_how_to_log_in(hub: Hub, chec
     line = one_line(engines(home, hub.url, "pull", TTS, HF_TOKEN="hf_other"), "pull")
     assert f"{TTS} is gated and the token sent has no access: accept its conditions at {hub.url}/{TTS}" in line
     line = one_line(engines(home, hub.url, "pull", TTS, HF_TOKEN="hf_unknown"), "pull")
-    assert f"{hub.url} refused the token sent (401 Unauthorized)" in line and "huggingface-cli login" in line
+    assert f"{hub.url} does not know the token sent (401 Unauthorized)" in line and "huggingface-cli login" in line
     for repo in ("edged/private", "edged/absent"):
         line = one_line(engines(home, hub.url, "pull", repo), "pull")
         assert f"{repo}: no such repository on {hub.url}, or it is private or gated" in line

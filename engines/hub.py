@@ -19,7 +19,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engines.registry import INDEX, SINGLE, CheckpointFiles, family_of
 
@@ -27,6 +27,9 @@ CONFIG = "config.json"
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 """owner/name, as the hub spells repository ids ("--" and ".." are refused too)."""
 LOGIN = "log in with `huggingface-cli login` or set HF_TOKEN"
+
+if TYPE_CHECKING:
+    from huggingface_hub.hf_api import ModelInfo
 
 
 class HubError(Exception):
@@ -60,11 +63,13 @@ def pull(repo_id: str, revision: str | None = None, local_dir: Path | None = Non
         raise HubError(_explain(exc, repo_id, revision)) from exc
 
 
-def _fetch(repo_id: str, revision: str, info: Any, local_dir: Path | None) -> Path:
+def _fetch(repo_id: str, revision: str, info: ModelInfo, local_dir: Path | None) -> Path:
     """config.json and the index first, then what the family's export reads, all at `info.sha`."""
     from huggingface_hub import HfApi, snapshot_download
 
     commit = info.sha
+    if commit is None:
+        raise HubError(f"{repo_id}@{revision}: the hub's answer names no commit")
     listing = ({s.rfilename for s in info.siblings} if info.siblings
                else set(HfApi().list_repo_files(repo_id, revision=commit)))
     if CONFIG not in listing:

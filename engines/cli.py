@@ -1,7 +1,8 @@
 """`edged-engines`: tiny checkpoints, artifact export and TensorRT plans (the toolchain).
 
 `tiny`, `export` and `builtin` need the `export` extra (torch, transformers, the family's reference
-package); `plans` needs TensorRT (the `jetson` extra, on the device) and nothing else.
+package); `pull` needs only its huggingface_hub; `plans` needs TensorRT (the `jetson` extra, on the
+device) and nothing else. A checkpoint is a directory or a Hugging Face repo id (engines/hub.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ BUILTIN = Path(__file__).resolve().parent.parent / "edged" / "data" / "tiny"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="edged-engines", description="edged engine toolchain")
+    parser = argparse.ArgumentParser(
+        prog="edged-engines", description="edged engine toolchain",
+        epilog="A checkpoint is a local directory or a Hugging Face repo id (owner/name, e.g. "
+               "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice), fetched through the hub cache: HF_TOKEN or `huggingface-cli "
+               "login` for gated repos, HF_HUB_OFFLINE=1 to use the cache alone, HF_ENDPOINT for a mirror "
+               "(docs/artifact.md, \"Getting a checkpoint\").")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("tiny", help="build a tiny random-weight checkpoint with the reference classes")
@@ -38,8 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(run=_tiny)
 
+    p = commands.add_parser("pull", help="download what `export` reads of a Hugging Face checkpoint repo; prints "
+                                         "its local directory")
+    p.add_argument("repo_id", help="owner/name, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    p.add_argument("--revision", default=None, help="a branch, tag or commit (default main); a commit pins it")
+    p.add_argument("--local-dir", type=Path, default=None,
+                   help="download into this directory instead of the hub cache (HF_HUB_CACHE)")
+    p.set_defaults(run=_pull)
+
     p = commands.add_parser("export", help="checkpoint -> engine artifact (ONNX graphs + sidecars + artifact.json)")
-    p.add_argument("--checkpoint", type=Path, required=True)
+    p.add_argument("--checkpoint", required=True,
+                   help="a checkpoint directory, or a Hugging Face repo id (owner/name) whose files the export "
+                        "reads are fetched first, as `pull` does")
+    p.add_argument("--revision", default=None, help="with a repo id: a branch, tag or commit (default main)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-batch", type=int, default=4)
     p.add_argument("--max-seq", type=int, default=1024)
@@ -90,12 +107,38 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     from engines.config import CheckpointError, ConfigError
+    from engines.hub import HubError
 
     try:
         return args.run(args)
-    except (ConfigError, CheckpointError) as exc:  # the checkpoint's fault, named: no traceback
+    except (ConfigError, CheckpointError, HubError) as exc:  # the checkpoint's fault, named: no traceback
         print(f"edged-engines {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from engines.hub import HubError, is_repo_id, pull
+
+    if not is_repo_id(args.repo_id):
+        raise HubError(f"{args.repo_id}: not a Hugging Face repo id (owner/name)")
+    print(pull(args.repo_id, args.revision, args.local_dir))
+    return 0
+
+
+def _checkpoint(name: str, revision: str | None) -> Path:
+    """--checkpoint: a directory that exists, else a repo id, pulled; anything else is an error."""
+    from engines.hub import HubError, is_repo_id, pull
+
+    path = Path(name)
+    if path.exists():
+        if not path.is_dir():
+            raise HubError(f"{name}: not a directory (a checkpoint is a directory or a repo id owner/name)")
+        if revision is not None:
+            raise HubError(f"{name} is a local directory: --revision is for a repo id")
+        return path
+    if not is_repo_id(name):
+        raise HubError(f"{name}: no such directory, and not a Hugging Face repo id (owner/name)")
+    return pull(name, revision)
 
 
 def _tiny(args: argparse.Namespace) -> int:
@@ -134,7 +177,7 @@ def _export(args: argparse.Namespace) -> int:
     weights = None if args.weights == "fp32" else args.weights
     vocoder = None if args.vocoder == "fp32" else args.vocoder
     _form(weights, args.target, None, vocoder)  # refused before the export, not after
-    export(args.checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    export(_checkpoint(args.checkpoint, args.revision), args.out, max_batch=args.max_batch, max_seq=args.max_seq)
     if weights or vocoder:
         from engines.quantize import quantize_artifact
 

@@ -2,12 +2,15 @@
 
 A family is a package `engines/<family>/` (its model, codec, export, tiny checkpoints and reference
 glue) whose `__init__` exposes `export` and `build_tiny` (and `build_real_dims` where the family has
-a benchmark checkpoint). A checkpoint names its family by the `model_type` of its config.json.
+a benchmark checkpoint), and `CHECKPOINT`: the files its export opens, which are all that
+engines/hub.py fetches of a checkpoint repository. A checkpoint names its family by the
+`model_type` of its config.json.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +19,24 @@ from engines.config import ConfigError, Section
 FAMILIES = ("qwen3_tts", "qwen3_omni")
 MODEL_TYPES = {"qwen3_tts": "qwen3_tts", "qwen3_omni_moe": "qwen3_omni"}
 """config.json model_type -> family."""
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+"""A checkpoint's weights: one file, or the shards its index's weight_map names (engines/weights.py)."""
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """What a family's export opens of a checkpoint, as a repository lists its files: the `required`
+    files, the `optional` ones (fnmatch patterns: each is opened where the checkpoint has it), and
+    the model's weights, `model.safetensors` or, of a sharded checkpoint, its index and the shards
+    holding a tensor whose name starts with one of `tensors` (empty: every tensor)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    tensors: tuple[str, ...] = ()
+
+    def reads(self, tensor: str) -> bool:
+        return not self.tensors or tensor.startswith(self.tensors)
 
 
 def family(name: str) -> ModuleType:

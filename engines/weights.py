@@ -25,9 +25,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from engines.config import CheckpointError
+from engines.registry import INDEX, SINGLE
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 """Stored types read (as float32); any other is an error naming the tensor."""
 
@@ -42,10 +41,9 @@ class Checkpoint:
             weight_map = json.loads(index.read_text()).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
                 raise CheckpointError(f"{index}: no weight_map")
+            # a shard is looked for when a tensor in it is read: a checkpoint fetched for one export
+            # holds only the shards that export reads (engines/hub.py)
             self.files = {key: self.directory / name for key, name in weight_map.items()}
-            for path in sorted(set(self.files.values())):
-                if not path.is_file():
-                    raise CheckpointError(f"{path}: named by {INDEX} but missing")
         elif single.is_file():
             with safe_open(str(single), framework="pt") as f:
                 self.files = dict.fromkeys(f.keys(), single)
@@ -68,6 +66,8 @@ class Checkpoint:
             raise CheckpointError(f"{self.directory}: missing tensor {key!r}")
         if key not in self._meta:
             path = self.files[key]
+            if not path.is_file():
+                raise CheckpointError(f"{path}: named by {INDEX} but missing (it holds {key!r})")
             with safe_open(str(path), framework="pt") as f:
                 names = list(f.keys())  # a safetensors handle, not a dict
                 for name in names:

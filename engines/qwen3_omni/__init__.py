@@ -10,7 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engines.registry import CheckpointFiles
+
 NAME = "qwen3_omni"
+CHECKPOINT = CheckpointFiles(
+    required=("config.json",),
+    optional=("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "added_tokens.json",
+              "special_tokens_map.json"),
+    tensors=("talker.", "code2wav.", "thinker.model.embed_tokens."),
+)
+"""config.json, the text tokenizer (tokenizer.json, or the slow tokenizer's files it is built from)
+and the shards holding the talker (its code predictor and projections), code2wav and the thinker's
+text embedding: not the rest of the thinker, which is most of the published checkpoint (`artifact`)."""
 
 
 def build_tiny(out: Path | str, seed: int, variant: int = 0) -> Path:

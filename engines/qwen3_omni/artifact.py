@@ -7,7 +7,8 @@ here as the reference computes it (row-wise, so exact; [text_vocab, hidden] inst
 [text_vocab, thinker_hidden] table plus an MLP per request), the talker's `codec_embedding`, and
 `hidden_projection.*` (the MLP that turns the thinker's hidden states of media placeholders into
 talker rows; they arrive per request). Only `talker.*`, `code2wav.*` and the thinker's embed_tokens
-are read: the thinker itself is not needed.
+are read: the thinker itself is not needed (engines/hub.py fetches only the shards holding these).
+The tokenizer is the checkpoint's tokenizer.json, or the one its vocab.json and merges.txt make.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from edged.artifact.manifest import Dims, Manifest, Speaker
+from engines.config import ConfigError
 from engines.qwen3_omni.codec import load_omni_codec
 from engines.qwen3_omni.config import Qwen3OmniConfig
 from engines.qwen3_omni.model import TABLES, modules, weights
@@ -39,9 +41,9 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
     checkpoint, out = Path(checkpoint), Path(out)
     if max_batch < 1 or max_seq < 16:
         raise ValueError(f"max_batch must be >= 1 and max_seq >= 16 (got {max_batch}, {max_seq})")
-    if not (checkpoint / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{checkpoint}: no tokenizer.json")
     cfg = Qwen3OmniConfig.from_checkpoint(checkpoint)
+    if not any((checkpoint / name).is_file() for name in ("tokenizer.json", "vocab.json")):
+        raise ConfigError(f"{checkpoint}: no tokenizer.json and no vocab.json with merges.txt (the text tokenizer)")
     talker, predictor = modules(cfg)
     source = weights(checkpoint, cfg, talker, predictor)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,10 +56,22 @@ def export(checkpoint: Path, out: Path, *, max_batch: int = 4, max_seq: int = 10
         }
         write_tables(out / FILES["embeddings"], source, cfg.text_vocab, cfg.talker.hidden,
                      extra=tuple(n for n in TABLES if n.startswith("hidden_projection.")))
-    shutil.copyfile(checkpoint / "tokenizer.json", out / FILES["tokenizer"])
+    export_tokenizer(checkpoint, out / FILES["tokenizer"])
     manifest = _manifest(cfg, tensors, max_batch, max_seq)
     (out / "artifact.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
     return manifest
+
+
+def export_tokenizer(checkpoint: Path, path: Path) -> None:
+    """The checkpoint's tokenizer.json, or, of a checkpoint with only the slow tokenizer's files
+    (vocab.json, merges.txt, tokenizer_config.json), the fast tokenizer the library's processor
+    builds from them (AutoTokenizer: Qwen2TokenizerFast)."""
+    if (checkpoint / "tokenizer.json").is_file():
+        shutil.copyfile(checkpoint / "tokenizer.json", path)
+        return
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(checkpoint)).backend_tokenizer.save(str(path))
 
 
 def _manifest(cfg: Qwen3OmniConfig, tensors: dict, max_batch: int, max_seq: int) -> Manifest:

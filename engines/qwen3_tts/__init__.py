@@ -8,7 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engines.registry import CheckpointFiles
+
 NAME = "qwen3_tts"
+CHECKPOINT = CheckpointFiles(
+    required=("config.json", "speech_tokenizer/config.json"),
+    optional=("generation_config.json", "preprocessor_config.json", "processor_config.json", "tokenizer.json",
+              "tokenizer_config.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
+              "chat_template.json", "chat_template.jinja", "speech_tokenizer/*"),
+)
+"""The configs (`config`), the text tokenizer as qwen-tts's processor loads it (`artifact`), the speech
+tokenizer (its decoder is the vocoder; a Base export loads it whole for the clone encoder) and every
+weight tensor (the talker and code predictor; a Base checkpoint's speaker encoder)."""
 
 
 def export(checkpoint: Path | str, out: Path | str, *, max_batch: int = 4, max_seq: int = 1024) -> Any:

@@ -179,4 +179,8 @@ def test_the_export_command_names_a_checkpoint_fault_in_one_line(tiny, tmp_path,
 
     assert main(["export", "--checkpoint", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "nowhere/config.json: missing (is " in err and err.count("\n") == 1
+    assert "nowhere: no such directory, and not a Hugging Face repo id (owner/name)" in err and err.count("\n") == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["export", "--checkpoint", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "empty/config.json: missing (is " in err and err.count("\n") == 1

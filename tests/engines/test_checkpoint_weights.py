@@ -106,13 +106,22 @@ def test_a_tensor_is_read_from_its_shard_as_float32(checkpoints, tmp_path):
     reads_alike(Checkpoint(sharded), Checkpoint(single), every=7)
 
 
-def test_a_shard_the_index_names_must_exist(checkpoints, tmp_path):
+def test_a_shard_the_index_names_must_exist_when_a_tensor_in_it_is_read(checkpoints, tmp_path):
+    """A checkpoint fetched for one export holds only the shards it reads (engines/hub.py): a missing
+    shard is an error when, and only when, a tensor in it is read."""
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     sharded.mkdir(), single.mkdir()
     distribute(checkpoints(0), sharded, single)
-    (sharded / f"model-00002-of-{SHARDS:05d}.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=f"model-00002-of-{SHARDS:05d}.safetensors: named by {INDEX}"):
-        Checkpoint(sharded)
+    missing = f"model-00002-of-{SHARDS:05d}.safetensors"
+    (sharded / missing).unlink()
+    store = Checkpoint(sharded)
+    there = next(key for key, path in store.files.items() if path.name != missing)
+    assert torch.equal(store.read(there), Checkpoint(single).read(there))
+    key = next(key for key, path in store.files.items() if path.name == missing)
+    with pytest.raises(CheckpointError, match=f"{missing}: named by {INDEX} but missing \\(it holds '{key}'\\)"):
+        store.read(key)
+    with pytest.raises(CheckpointError, match=f"{missing}: named by {INDEX} but missing"):
+        export(sharded, tmp_path / "a", max_batch=2, max_seq=64)
 
 
 def test_a_tensor_stored_in_another_type_is_refused_naming_it(checkpoints, tmp_path):

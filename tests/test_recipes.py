@@ -13,6 +13,7 @@ directories, the Hugging Face cache), with these stand-ins for what this machine
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -67,8 +68,8 @@ def script(lines: list[str]) -> str:
 def run_recipe(name: str, home: Path, **env: str) -> subprocess.CompletedProcess:
     (home / "run").mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items()
-            if k not in ("RUNTIME_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET", "XDG_STATE_HOME", "HF_HUB_OFFLINE",
-                         "HF_HOME", "HF_HUB_CACHE")}
+            if k not in ("RUNTIME_DIRECTORY", "STATE_DIRECTORY", "NOTIFY_SOCKET", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+            and not k.startswith(("HF_", "HUGGING_FACE"))}
     done = subprocess.run(["bash", "-c", script(recipes()[name])], cwd=ROOT, capture_output=True, text=True,
                           timeout=900, env={**base, "HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run"), **env})
     assert done.returncode == 0, f"recipe {name} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -113,3 +114,18 @@ def test_the_llm_recipe(tmp_path):
     assert [m["role"] for m in llm.messages(1)] == ["user", "assistant", "user"]
     assert [m["content"] for m in llm.messages(1)][::2] == ["What is Mars like?", "And how cold is it?"]
     assert "user: What is Mars like?" in done.stdout and "user: And how cold is it?" in done.stdout  # edged history
+
+
+def test_the_model_recipe(tmp_path, checkpoints):
+    """The released repo's name, served by a local hub: a tiny checkpoint (its speakers include
+    vivian) under Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice; huggingface_hub's cache is the recipe's home's."""
+    from support.hub import checkpoint_files, hub_server
+
+    with hub_server() as hub:
+        hub.push("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", checkpoint_files(checkpoints(0)))
+        done = run_recipe("model", tmp_path, HF_ENDPOINT=hub.url, HF_HUB_DISABLE_PROGRESS_BARS="1")
+    artifact = json.loads((tmp_path / "edged/0.6b-customvoice/artifact.json").read_text())
+    assert "vivian" in artifact["speakers"]
+    assert (tmp_path / ".cache/huggingface/hub/models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice").is_dir()
+    assert re.search(r"^vivian\b", done.stdout, re.M)  # edged voice list
+    assert '"reason": "' in done.stdout  # edged say

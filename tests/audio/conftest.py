@@ -87,8 +87,9 @@ def sd(jack_server):
     already = "sounddevice" in sys.modules
     import sounddevice
 
-    if already:  # PortAudio enumerated devices before jackd ran: enumerate again
-        sounddevice._terminate()
+    if already:  # PortAudio enumerated devices before jackd ran (or an earlier module terminated it): again
+        if sounddevice._initialized:
+            sounddevice._terminate()
         sounddevice._initialize()
     yield sounddevice
     sounddevice._terminate()

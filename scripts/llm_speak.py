@@ -39,8 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edged.client import Client, ProtocolError, RequestRejected
-from edged.locate import NoDaemon, candidates, daemon_endpoint
 from edged.llm_text import filter_llm_text
+from edged.locate import NoDaemon, candidates, daemon_endpoint
 
 
 class LlmError(RuntimeError):

@@ -233,6 +233,6 @@ def test_without_the_vad_model_the_daemon_serves_without_its_microphone(monkeypa
 
     monkeypatch.setattr(vad_module, "model_path", missing)
     daemon = Daemon(Config())
-    daemon.events, daemon.speaker, daemon.listener_error = Events(None), None, ""
+    daemon.events, daemon.speaker, daemon.listener_error, daemon.no_portaudio = Events(None), None, "", ""
     assert daemon._listener() is None
     assert "silero-vad" in daemon.listener_error

@@ -34,7 +34,8 @@ SCRIPT = ROOT / "scripts" / "install-system.sh"
 UNITS = ["edged.service", "edged-wyoming.service", "edged-http.service"]
 OVERLAID = ["/opt", "/var", "/usr/local", "/run"]
 """Besides /etc (a copy): what the script and the daemon write to, seen by the namespace only."""
-HOST_PATHS = ["/opt/edged", "/etc/edged", "/etc/sysusers.d/edged.conf", *(f"/etc/systemd/system/{u}" for u in UNITS),
+HOST_PATHS = ["/opt/edged", "/etc/edged", "/var/home-cook", "/etc/sysusers.d/edged.conf",
+              *(f"/etc/systemd/system/{u}" for u in UNITS),
               "/run/edged", "/var/lib/edged", "/var/cache/edged", "/usr/local/bin/edged", "/usr/local/bin/edged-engines",
               "/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"]
 TOOLS = ("unshare", "nsenter", "setpriv", "useradd", "systemd-sysusers", "systemd-analyze", "dpkg-query")
@@ -319,9 +320,9 @@ def test_the_readmes_systemd_recipe(installed, tmp_path):
     before, after = lines[1:restart], lines[restart + 1:]
     config = root / "etc/edged/edged.toml"
     shipped = config.read_text()
-    home = root / "home-cook"
+    home = root / "var/home-cook"  # under an overlaid directory: the namespace's alone
     shutil.copytree(ROOT / "edged/data/tiny", home / "edged/0.6b-customvoice")
-    env = login(ns, "cook") | {"HOME": "/home-cook"}
+    env = login(ns, "cook") | {"HOME": "/var/home-cook"}
     steps = ns.run("bash", "-c", "set -euo pipefail\nsudo() { \"$@\"; }\n" + "\n".join(before),
                    env={**env, "PATH": os.environ["PATH"]})
     assert steps.returncode == 0, steps.stdout + steps.stderr

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from support import fake_cuda, fake_trt
+from support import fake_cuda, fake_trt, fake_trt_build
 
 from edged.artifact import load_artifact
 from edged.backends import EngineError
@@ -424,9 +424,9 @@ def test_the_builder_refuses_what_tensorrt_10_3_refuses(trt, builtin_artifact, t
 
     def build(path: Path, flags=()):
         logger = fake_trt.Logger()
-        builder = fake_trt.Builder(logger)
+        builder = fake_trt_build.Builder(logger)
         network = builder.create_network(1 << int(fake_trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-        parser = fake_trt.OnnxParser(network, logger)
+        parser = fake_trt_build.OnnxParser(network, logger)
         if not parser.parse_from_file(str(path)):
             return None, [str(parser.get_error(i)) for i in range(parser.num_errors)]
         config = builder.create_builder_config()
@@ -577,7 +577,7 @@ def test_plans_are_streamed_at_write_and_mapped_at_load(trt, builtin_artifact, t
 
     art = tmp_path / "art"
     shutil.copytree(builtin_artifact, art)
-    monkeypatch.setattr(fake_trt, "PLAN_PADDING", 48 << 20)
+    monkeypatch.setattr(fake_trt_build, "PLAN_PADDING", 48 << 20)
     a = load_artifact(art)
     by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, a.dims.code_groups)
     onnx_path = a.file("code_predictor")

@@ -3,30 +3,14 @@ contracts edged's TensorRT backend and `edged-engines plans` depend on and refus
 10.3 refuses, each rule citing where TensorRT says so (include/NvInfer.h, NvInferRuntime.h and
 python/ at tag v10.3.0; the "Working with Quantized Types" guide; onnx-tensorrt's operator table).
 
-Building (`OnnxParser`, `Builder`):
-- the parser refuses an operator outside onnx-tensorrt's support table (docs/operators.md at
-  release 10.1-GA; the 10.2 and 10.3 changelogs add no operator), naming it;
-- the builder returns None, logging the error, for a dynamic input no profile covers; for a blocked
-  DequantizeLinear whose weights are not INT4 (NvInfer.h IDequantizeLayer: "Block dequantization is
-  supported only for 2-D input tensors with DataType::kINT4 that are rooted at an IConstantLayer");
-  for INT4 blocks other than 64 or 128 rows (Working with Quantized Types); for a precision flag on
-  a strongly typed network (NvInfer.h kSTRONGLY_TYPED: "Setting layer precision and layer output
-  types is not allowed");
-- it warns (TensorRT builds them) about INT4 weights with fp32 scales in a strongly typed network
-  ("output data type is inferred from scale data type": an fp32 GEMM), and about fp32 products
-  built with TF32 on (BuilderFlag::kTF32 "Enabled by default": their inputs are rounded to 10-bit
-  mantissas); the engine keeps `tf32` and `fp32_int4_products`, so a test sees both;
-- `build_serialized_network` returns an IHostMemory (a buffer; PLAN_PADDING bytes of engine stand in
-  for the weights when a test wants a large plan).
-
 Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
 - `deserialize_cuda_engine` takes any buffer (pyCore.cpp: a py::buffer) and keeps nothing of it;
 - `create_execution_context()` (kSTATIC, NvInferRuntime.h) claims device memory of
   `device_memory_size_v2` per context; USER_MANAGED claims none and runs only after
   `set_device_memory(memory, size)`: 256-byte aligned device memory of at least
   `device_memory_size_v2` (pyCoreDoc.h); contexts sharing it may not run in parallel (on two streams
-  at once: setDeviceMemoryV2, "undefined behavior"). The sizes are this double's stand-in (4 x the
-  inputs' bytes at each profile's largest shapes), not TensorRT's;
+  at once: setDeviceMemoryV2, "undefined behavior"). The sizes are what the builder recorded
+  (fake_trt_build.py's stand-in), not TensorRT's;
 - a new context runs profile 0; `set_optimization_profile_async` raises RuntimeError (the Python
   binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range or a profile another live context has
   chosen ("Profile N has been chosen by another IExecutionContext");
@@ -61,36 +45,13 @@ import types
 import weakref
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from support import fake_cuda as cuda
 
 __version__ = "10.3.0.fake"
-PLAN_PADDING = 0
-"""Bytes of stand-in engine data a built plan carries (a test sets it to make a large plan)."""
 CAPTURE_UNSAFE: set[str] = set()
 """ONNX file names whose engines cannot be captured."""
 LOGGERS: list[Logger] = []
-SUPPORTED = frozenset((
-    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-    "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant", "ConstantOfShape",
-    "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DeformConv", "DepthToSpace", "DequantizeLinear", "Div",
-    "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather",
-    "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater",
-    "GreaterOrEqual", "GridSample", "GroupNormalization", "GRU", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
-    "If", "ImageScaler", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
-    "LessOrEqual", "Log", "LogSoftmax", "Loop", "LRN", "LSTM", "LpNormalization", "LpPool", "MatMul", "Max",
-    "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression",
-    "NonZero", "Not", "OneHot", "Or", "Pad", "ParametricSoftplus", "Pow", "PRelu", "QuantizeLinear", "RandomNormal",
-    "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
-    "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
-    "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RNN", "RoiAlign", "Round", "ScaledTanh",
-    "Scan", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
-    "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum",
-    "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Upsample", "Where", "Xor",
-))
-"""onnx-tensorrt docs/operators.md (release 10.1-GA), the operators marked Y."""
-INT4_BLOCKS = (64, 128)
 MAGIC = b"FAKETRT1"
 
 
@@ -153,170 +114,6 @@ class ExecutionContextAllocationStrategy(enum.IntEnum):
     USER_MANAGED = 2
 
 
-# ----------------------------------------------------------------------------------------- building
-
-
-class _Tensor:
-    def __init__(self, name: str, shape: list[int]) -> None:
-        self.name, self.shape = name, shape
-
-
-class _Network:
-    def __init__(self, flags: int = 0) -> None:
-        self.strongly_typed = bool(flags & (1 << NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-        self.onnx_path: str | None = None
-        self.model: onnx.ModelProto | None = None
-        self.inputs: list[_Tensor] = []
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.inputs)
-
-    def get_input(self, i: int) -> _Tensor:
-        return self.inputs[i]
-
-
-class _ParserError:
-    def __init__(self, node: str, op: str, desc: str) -> None:
-        self.node_name, self.op, self._desc = node, op, desc
-
-    def desc(self) -> str:
-        return self._desc
-
-    def __str__(self) -> str:
-        return f"In node {self.node_name} ({self.op}): {self._desc}"
-
-
-class OnnxParser:
-    def __init__(self, network: _Network, logger: Logger) -> None:
-        self.network = network
-        self.errors: list[_ParserError] = []
-
-    @property
-    def num_errors(self) -> int:
-        return len(self.errors)
-
-    def get_error(self, i: int) -> _ParserError:
-        return self.errors[i]
-
-    def parse_from_file(self, path: str) -> bool:
-        model = onnx.load(path, load_external_data=False)
-        self.errors = [_ParserError(n.name, n.op_type, f"No importer registered for op: {n.op_type}")
-                       for n in model.graph.node if n.op_type not in SUPPORTED]
-        if self.errors:
-            return False
-        inits = {i.name for i in model.graph.initializer}
-        self.network.onnx_path, self.network.model = path, model
-        self.network.inputs = [_Tensor(i.name, [d.dim_value if d.HasField("dim_value") else -1
-                                                for d in i.type.tensor_type.shape.dim])
-                               for i in model.graph.input if i.name not in inits]
-        return True
-
-
-class _Profile:
-    def __init__(self) -> None:
-        self.shapes: dict[str, tuple[list[int], list[int], list[int]]] = {}
-
-    def set_shape(self, name: str, lo, opt, hi) -> None:
-        if not (len(lo) == len(opt) == len(hi) and all(a <= b <= c for a, b, c in zip(lo, opt, hi))):
-            raise ValueError(f"invalid profile for {name}: {lo} {opt} {hi}")
-        self.shapes[name] = (list(lo), list(opt), list(hi))
-
-
-class _Config:
-    def __init__(self) -> None:
-        self.flags: set = {BuilderFlag.TF32}  # NvInfer.h BuilderFlag::kTF32: "Enabled by default."
-        self.profiles: list[_Profile] = []
-        self.pools: dict = {}
-
-    def set_flag(self, flag: BuilderFlag) -> None:
-        self.flags.add(flag)
-
-    def clear_flag(self, flag: BuilderFlag) -> None:
-        self.flags.discard(flag)
-
-    def get_flag(self, flag: BuilderFlag) -> bool:
-        return flag in self.flags
-
-    def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
-        self.pools[pool] = size
-
-    def add_optimization_profile(self, profile: _Profile) -> int:
-        self.profiles.append(profile)
-        return len(self.profiles) - 1
-
-
-class IHostMemory(np.ndarray):
-    """The serialized engine: a buffer with `nbytes` (pyFoundationalTypes.cpp: py::buffer_protocol)."""
-
-
-class Builder:
-    def __init__(self, logger: Logger) -> None:
-        self.logger = logger
-
-    def create_network(self, flags: int = 0) -> _Network:
-        return _Network(flags)
-
-    def create_builder_config(self) -> _Config:
-        return _Config()
-
-    def create_optimization_profile(self) -> _Profile:
-        return _Profile()
-
-    def build_serialized_network(self, network: _Network, config: _Config) -> IHostMemory | None:
-        refused = self._refusal(network, config)
-        if refused:
-            self.logger.log(Logger.ERROR, refused)
-            return None
-        model = network.model
-        assert model is not None
-        fp32_int4 = _fp32_scaled_int4(model) if network.strongly_typed else 0
-        if fp32_int4:
-            self.logger.log(Logger.WARNING, f"{fp32_int4} INT4 weights dequantize to FLOAT (their scales' type in a "
-                                            f"strongly typed network): their products run as fp32 GEMMs")
-        tf32 = BuilderFlag.TF32 in config.flags
-        if tf32 and any(n.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") for n in model.graph.node):
-            self.logger.log(Logger.WARNING, "TF32 is enabled: fp32 products may round their inputs to 10-bit mantissas")
-        spec = json.dumps({"onnx": network.onnx_path, "profiles": [p.shapes for p in config.profiles] or [{}],
-                           "strongly_typed": network.strongly_typed, "tf32": tf32,
-                           "fp32_int4_products": fp32_int4}).encode()
-        data = np.zeros(len(MAGIC) + 8 + len(spec) + PLAN_PADDING, np.uint8)
-        data[:len(MAGIC) + 8 + len(spec)] = np.frombuffer(MAGIC + struct.pack("<Q", len(spec)) + spec, np.uint8)
-        return data.view(IHostMemory)
-
-    @staticmethod
-    def _refusal(network: _Network, config: _Config) -> str | None:
-        if network.model is None:
-            return "the network has no layers (the parser failed)"
-        if network.strongly_typed and config.flags & {BuilderFlag.FP16, BuilderFlag.INT8, BuilderFlag.BF16}:
-            return "precision flags are not allowed in a strongly typed network"
-        dynamic = [t.name for t in network.inputs if any(d < 0 for d in t.shape)]
-        for i, profile in enumerate([p.shapes for p in config.profiles] or [{}]):
-            missing = [n for n in dynamic if n not in profile]
-            if missing:
-                return f"optimization profile {i} has no shapes for dynamic inputs {missing}"
-        inits = {i.name: i for i in network.model.graph.initializer}
-        for node in network.model.graph.node:
-            if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
-                continue
-            weights, scale = inits[node.input[0]], inits.get(node.input[1])
-            blocked = scale is not None and len(scale.dims) == 2
-            block = next((a.i for a in node.attribute if a.name == "block_size"), 0)
-            if blocked and weights.data_type != onnx.TensorProto.INT4:
-                return (f"{node.name}: IDequantizeLayer: block quantization is supported only for 2-D input tensors "
-                        f"with DataType::kINT4")
-            if weights.data_type == onnx.TensorProto.INT4 and blocked and block not in INT4_BLOCKS:
-                return f"{node.name}: INT4 block size {block} is not supported (64 or 128)"
-        return None
-
-
-def _fp32_scaled_int4(model: onnx.ModelProto) -> int:
-    inits = {i.name: i for i in model.graph.initializer}
-    return sum(1 for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
-               and inits[n.input[0]].data_type == onnx.TensorProto.INT4
-               and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT)
-
-
 # ----------------------------------------------------------------------------------------- running
 
 
@@ -340,6 +137,7 @@ class ICudaEngine:
         self.onnx = spec["onnx"]
         self.session = ort.InferenceSession(spec["onnx"], providers=["CPUExecutionProvider"])
         self.profiles = spec["profiles"]
+        self.activation_bytes = spec["activation_bytes"]
         self.tf32, self.fp32_int4_products = spec["tf32"], spec["fp32_int4_products"]
         self.strongly_typed = spec["strongly_typed"]
         self.io = [(i, TensorIOMode.INPUT) for i in self.session.get_inputs()] + \
@@ -378,13 +176,8 @@ class ICudaEngine:
         return [self.get_tensor_shape(name)] * 3
 
     def get_device_memory_size_for_profile_v2(self, profile_index: int) -> int:
-        """The double's stand-in: 4 x the inputs' bytes at the profile's largest shapes, in 256-byte units."""
-        total = 0
-        for node, mode in self.io:
-            if mode is TensorIOMode.INPUT:
-                shape = self.get_tensor_profile_shape(node.name, profile_index)[2]
-                total += int(np.prod(shape)) * np.dtype(nptype(ORT_TYPES[node.type])).itemsize
-        return -(-4 * total // 256) * 256
+        """What the builder recorded for the profile (fake_trt_build.py)."""
+        return int(self.activation_bytes[profile_index])
 
     @property
     def device_memory_size_v2(self) -> int:
@@ -502,12 +295,16 @@ def _rest_of_allocation(address: int) -> tuple[int, int]:
 
 def install(monkeypatch) -> types.SimpleNamespace:
     """Make `import tensorrt` and `import pycuda.driver` give these doubles (and reload the backend)."""
+    from support import fake_trt_build as build
+
     this = sys.modules[__name__]
     trt = types.ModuleType("tensorrt")
     for name in ("__version__", "DataType", "nptype", "TensorIOMode", "Logger", "NetworkDefinitionCreationFlag",
-                 "BuilderFlag", "MemoryPoolType", "ExecutionContextAllocationStrategy", "OnnxParser", "Builder",
-                 "Runtime", "ICudaEngine", "IExecutionContext", "IHostMemory"):
+                 "BuilderFlag", "MemoryPoolType", "ExecutionContextAllocationStrategy", "Runtime", "ICudaEngine",
+                 "IExecutionContext"):
         setattr(trt, name, getattr(this, name))
+    for name in ("OnnxParser", "Builder", "IHostMemory"):
+        setattr(trt, name, getattr(build, name))
     driver = types.ModuleType("pycuda.driver")
     for name in ("init", "Device", "Context", "Stream", "Error", "LogicError", "pagelocked_zeros", "host_alloc_flags",
                  "mem_alloc", "mem_alloc_pitch", "mem_get_info", "memset_d8", "memset_d8_async", "memcpy_htod",

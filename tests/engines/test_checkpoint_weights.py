@@ -1,8 +1,8 @@
 """Weights as distributed: a checkpoint sharded with model.safetensors.index.json, its tensors in bf16
-and fp16, exports the artifact that the same values in one fp32 file export, and speaks the same
-frames (a Qwen3-Omni one reads every tensor as the one file holds it, and exports); Qwen3-Omni's
-experts read the same from per-expert tensors and from transformers 5.x's fused ones; tensors are
-read one at a time, from the shard that holds them."""
+and fp16, reads every tensor as the same values in one fp32 file, and exports and speaks (Qwen3-TTS;
+a Qwen3-Omni one reads every tensor as the one file holds it); Qwen3-Omni's experts read the same
+from per-expert tensors and from transformers 5.x's fused ones; tensors are read one at a time, from
+the shard that holds them."""
 
 from __future__ import annotations
 
@@ -72,31 +72,30 @@ def frames(artifact: Path, voice: str) -> tuple[np.ndarray, np.ndarray]:
     return result.frames, result.pcm
 
 
-def test_a_sharded_bf16_checkpoint_speaks_as_the_same_values_in_one_fp32_file(checkpoints, tmp_path):
+def test_a_sharded_bf16_checkpoint_reads_as_the_same_values_in_one_fp32_file_and_speaks(checkpoints, tmp_path):
+    """Every tensor reads from its shard as from the one fp32 file (the export reads weights only
+    through Checkpoint.read, so equal reads export equal artifacts), and the export through the
+    index speaks."""
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     sharded.mkdir(), single.mkdir()
     distribute(checkpoints(0), sharded, single)
     assert {path.name for path in Checkpoint(sharded).files.values()} == {
         f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors" for i in range(SHARDS)}
+    reads_alike(Checkpoint(sharded), Checkpoint(single), every=1)
     export(sharded, tmp_path / "a", max_batch=2, max_seq=64)
-    export(single, tmp_path / "b", max_batch=2, max_seq=64)
-    for path in sorted((tmp_path / "a").iterdir()):
-        assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
-    (codes_a, pcm_a), (codes_b, pcm_b) = frames(tmp_path / "a", "vivian"), frames(tmp_path / "b", "vivian")
-    assert codes_a.shape[0] > 1 and np.array_equal(codes_a, codes_b) and np.array_equal(pcm_a, pcm_b)
+    codes, pcm = frames(tmp_path / "a", "vivian")
+    assert codes.shape[0] > 1 and len(pcm) > 0 and np.isfinite(pcm).all()
 
 
-def test_a_sharded_bf16_omni_checkpoint_reads_as_one_fp32_file_and_exports(omni_artifacts, tmp_path):
+def test_a_sharded_bf16_omni_checkpoint_reads_as_one_fp32_file(omni_artifacts, tmp_path):
     """The Qwen3-TTS case above shows that equal reads export equal artifacts; here every tensor of
-    the Omni checkpoint reads from its shard as from the one file, and the export (every loader
-    through the index: there is no model.safetensors) speaks."""
+    the Omni checkpoint reads from its shard as from the one file. A sharded Omni checkpoint with no
+    model.safetensors, every loader through the index, is exported in tests/engines/test_hub.py."""
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     sharded.mkdir(), single.mkdir()
     distribute(omni_artifacts(2, 22)[0], sharded, single)
     reads_alike(Checkpoint(sharded), Checkpoint(single), every=1)
-    export(sharded, tmp_path / "a", max_batch=2, max_seq=64)
-    codes, pcm = frames(tmp_path / "a", "ethan")
-    assert codes.shape[0] > 1 and len(pcm) > 0 and np.isfinite(pcm).all()
+    assert not (sharded / "model.safetensors").exists()
 
 
 def test_a_tensor_is_read_from_its_shard_as_float32(checkpoints, tmp_path):

@@ -136,7 +136,8 @@ def journal_sender(backend: Literal["auto", "systemd", "socket"] = "auto") -> Se
     """systemd-python's sd_journal_sendv when importable (or backend="systemd"), else NativeJournalSender."""
     sender = None if backend == "socket" else _systemd_python_sender()
     if backend == "systemd" and sender is None:
-        raise ImportError("journal backend 'systemd' needs systemd-python: pip install 'edged[systemd]'")
+        raise ImportError("journal backend 'systemd' needs systemd-python (it builds against libsystemd-dev; "
+                          "`make install-dev` and `sudo make install-system` install both)")
     return sender or NativeJournalSender()
 
 

@@ -59,7 +59,8 @@ class Notifier:
         self.address: str | None = os.environ.get("NOTIFY_SOCKET") or None
         sender = _systemd_python_notify() if backend == "systemd" else None
         if backend == "systemd" and sender is None:
-            raise ImportError("Notifier(backend='systemd') needs systemd-python: pip install 'edged[systemd]'")
+            raise ImportError("Notifier(backend='systemd') needs systemd-python (it builds against libsystemd-dev; "
+                              "`make install-dev` and `sudo make install-system` install both)")
         self.backend: str = "systemd" if sender is not None else "socket"
         self._send = sender or _socket_notify
         self._failing = False

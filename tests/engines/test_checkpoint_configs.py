@@ -146,6 +146,18 @@ def test_an_omni_code_predictor_narrower_than_its_talker_is_refused_naming_both(
     (NEW, lambda t: t["rope_parameters"].update(mrope_section=[1, 1, 1]), "mrope_section=.* summing to head_dim"),
     (OLD, lambda t: t.update(hidden_act="gelu"), "talker_config.hidden_act='gelu' is not supported"),
     (NEW, lambda t: t.update(sliding_window=64), "talker_config.sliding_window=64 is not supported"),
+    (OLD, lambda t: t.update(attention_bias=True), "talker_config.attention_bias=True is not supported"),
+    (NEW, lambda t: t["code_predictor_config"].update(attention_bias=True),
+     "talker_config.code_predictor_config.attention_bias=True is not supported"),
+    (OLD, lambda t: t.update(num_attention_heads=3), r"talker_config.num_attention_heads=3 must be a positive multiple "
+                                                     r"of talker_config.num_key_value_heads=2"),
+    (NEW, lambda t: t["code_predictor_config"].update(num_key_value_heads=3),
+     r"code_predictor_config.num_attention_heads=\d+ must be a positive multiple of "
+     r"talker_config.code_predictor_config.num_key_value_heads=3"),
+    (NEW, lambda t: t.update(rope_theta=10000), r"talker_config.rope_theta and talker_config.rope_parameters.rope_theta "
+                                                r"disagree"),
+    (OLD, lambda t: t["rope_scaling"].update(type="yarn", rope_type="default"),
+     r"'talker_config.rope_scaling.rope_type' and 'talker_config.rope_scaling.type' disagree \('default', 'yarn'\)"),
 ])
 def test_a_setting_the_port_does_not_implement_is_refused(tiny, layout, edit, message, tmp_path):
     checkpoint = with_configs(tiny["qwen3_tts"], "qwen3_tts", layout, tmp_path,
@@ -153,6 +165,17 @@ def test_a_setting_the_port_does_not_implement_is_refused(tiny, layout, edit, me
     with pytest.raises(ConfigError, match=message):
         Qwen3TTSConfig.from_checkpoint(checkpoint)
 
+
+
+def test_disagreeing_spellings_of_the_experts_count_are_refused_naming_both(tiny, tmp_path):
+    def both(config: dict) -> None:
+        text = config["talker_config"]["text_config"]
+        text["num_local_experts"] = text["num_experts"] + 1
+
+    checkpoint = with_configs(tiny["qwen3_omni"], "qwen3_omni", OLD, tmp_path, edit=both)
+    with pytest.raises(ConfigError, match=r"'talker_config.text_config.num_experts' and "
+                                          r"'talker_config.text_config.num_local_experts' disagree \(4, 5\)"):
+        Qwen3OmniConfig.from_checkpoint(checkpoint)
 
 
 def test_the_export_command_names_a_checkpoint_fault_in_one_line(tiny, tmp_path, capsys):

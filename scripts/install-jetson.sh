@@ -8,9 +8,10 @@
 # 1. JetPack's packages: TensorRT's Python bindings (python3-libnvinfer; there is no TensorRT wheel for
 #    Jetson on the package index), venv and headers, libsystemd for the systemd extra. As root, missing
 #    ones are installed; otherwise they are listed and the script stops.
-# 2. A virtual environment with --system-site-packages, so it sees JetPack's `tensorrt`. Every pip
-#    install below takes scripts/jetson-constraints.txt: numpy stays 1.x, the numpy TensorRT 10.3's
-#    bindings were built against.
+# 2. JetPack's TensorRT checked by edged's rule (>= 10.3; JetPack 6.0's 8.6 is refused in one line
+#    naming it) before anything is built. A virtual environment with --system-site-packages, so it sees
+#    JetPack's `tensorrt`. Every pip install below takes scripts/jetson-constraints.txt: numpy stays
+#    1.x, the numpy TensorRT 10.3's bindings were built against.
 # 3. pycuda built from source against the installed CUDA (nvcc on PATH; `edged-engines plans` also
 #    compiles the backend's kernels with it).
 # 4. edged (editable) with its systemd and jetson extras (pycuda; onnx, which `edged-engines fp16` and

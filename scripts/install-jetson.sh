@@ -21,7 +21,8 @@
 #    found otherwise), numpy is 1.x, the GPU is there, and the TensorRT backend opens and closes (pushes
 #    and pops its CUDA context). Then build plans for an artifact: edged-engines plans ARTIFACT; then
 #    scripts/validate_jetson.sh.
-# Steps 1-3 and 5 are scripts/install-lib.sh's, which scripts/install-system.sh runs on a Jetson too.
+# Steps 1-3 and 5 are scripts/install-lib.sh's, which scripts/install-system.sh runs on a Jetson too (its
+# TensorRT check is step 5's, before it writes anything to /etc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-lib.sh
@@ -30,6 +31,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 
 ensure_packages install-jetson python3-libnvinfer python3-venv python3-dev libsystemd-dev pkg-config
+tensorrt_check install-jetson "$PYTHON"
 jetson_venv install-jetson "$VENV" "$PYTHON" "$CUDA_HOME"
 "${pip[@]}" -e '.[systemd,jetson]' 'pytest>=8'
 "${pip[@]}" --no-deps silero-vad==6.2.3

@@ -49,13 +49,12 @@ print(f"{who}: TensorRT {tensorrt.__version__}")
 PY
 }
 
-# jetson_venv WHO VENV PYTHON CUDA_HOME: after tensorrt_check, a virtual environment that sees JetPack's
-# tensorrt (--system-site-packages), with pycuda built from source against the installed CUDA (nvcc).
-# Sets `pip`, the install command every later install into it takes: scripts/jetson-constraints.txt
-# keeps numpy 1.x, which TensorRT 10.3's bindings were built against.
+# jetson_venv WHO VENV PYTHON CUDA_HOME: a virtual environment that sees JetPack's tensorrt
+# (--system-site-packages), with pycuda built from source against the installed CUDA (nvcc). Sets `pip`,
+# the install command every later install into it takes: scripts/jetson-constraints.txt keeps numpy 1.x,
+# which TensorRT 10.3's bindings were built against.
 jetson_venv() {
     local who=$1 venv=$2 python=$3 cuda_home=$4
-    tensorrt_check "$who" "$python"
     if [ ! -x "$cuda_home/bin/nvcc" ]; then
         echo "$who: no nvcc in $cuda_home/bin: install JetPack's CUDA toolkit (or set CUDA_HOME)" >&2
         exit 1

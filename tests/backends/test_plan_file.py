@@ -133,3 +133,21 @@ def test_the_engine_starts_on_a_page_and_an_old_format_plan_is_refused(trt, exte
             backend.load(load_artifact(external).file("talker"))
     finally:
         backend.close()
+
+
+def test_the_boot_time_row_states_what_reading_the_plans_costs(external):
+    """validate_jetson's boot row: the daemon's boot seconds, and the artifact's plan bytes at microSD
+    (40-90 MB/s) and NVMe (1-2 GB/s) read rates, the one read a boot makes of them."""
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import validate_jetson
+    finally:
+        sys.path.remove(str(root / "scripts"))
+    summary = validate_jetson.Summary()
+    validate_jetson.boot_time(f"serving qwen3_tts on ipc:///x (artifact {external}, max_batch 4, 60 CUDA graphs, "
+                              f"boot 12.5 s)", summary)
+    mb = sum(p.stat().st_size for p in external.glob("*.plan")) / 1e6
+    assert summary.rows == [("boot time", "PASS", f"12.5 s (60 CUDA graphs captured); TimeoutStartSec 180 s; plans "
+                                                  f"{mb:.0f} MB: {mb / 90:.1f}-{mb / 40:.1f} s to read from microSD, "
+                                                  f"{mb / 2000:.1f}-{mb / 1000:.1f} s from NVMe")]

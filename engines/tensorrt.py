@@ -178,8 +178,9 @@ def verify_plans(artifact: Path) -> list[tuple[Path, str | None]]:
 def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
                 workspace: int = WORKSPACE) -> list[Path]:
     """Build a stamped plan for every graph the TensorRT backend loads (`tensorrt_roles`: not the clone
-    encoder's), and the backend's kernels; returns the plans' paths. An fp16 artifact (`edged-engines fp16` / `export --precision fp16`) is built strongly
-    typed: fp16 where its graphs say so, fp32 everywhere else; so is an int4 artifact in the Jetson form
+    encoder's), and the backend's kernels; returns the plans' paths. An fp16 artifact (`edged-engines
+    fp16` / `export --precision fp16`) is built strongly typed: fp16 where its graphs say so, fp32
+    everywhere else; so is an int4 artifact in the Jetson form
     (`quantize --target jetson`), whose DequantizeLinear weights TensorRT builds into INT4-weight fp16
     GEMMs (explicit quantization). A form it cannot build is refused before anything is built."""
     import pycuda.driver as cuda

@@ -92,7 +92,7 @@ def changed(onnx_path: Path, built_from: list[dict]) -> str | None:
     """What differs between the graph's files now and the stamp (sizes, times, which files), or None.
     Reads no file: only their metadata."""
     now = {s["file"]: s for s in file_stamps(onnx_path)}
-    then = {s.get("file"): s for s in built_from if isinstance(s, dict)}
+    then = {str(s.get("file")): s for s in built_from if isinstance(s, dict)}
     for name in sorted(now.keys() | then.keys()):
         if name not in then:
             return f"{name} was not there when it was built"

@@ -100,23 +100,21 @@ def importer_refusals(model: onnx.ModelProto) -> list[_ParserError]:
 
     errors = []
     for node in model.graph.node:
-        def refuse(desc: str) -> None:
-            errors.append(_ParserError(node.name, node.op_type, desc))
-
-        op, given = node.op_type, [x for x in node.input]
+        op, given, refused = node.op_type, list(node.input), []
         if op in AXES_INPUTS:
             index, words = AXES_INPUTS[op]
             if len(given) > index and given[index] and given[index] not in constants:
-                refuse(words)
+                refused.append(words)
         elif op == "TopK":
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             k = value(given[1]) if len(given) > 1 else None
             if attrs.get("sorted", 1) != 1:
-                refuse("TopK: `sorted` must be 1")
+                refused.append("TopK: `sorted` must be 1")
             if k is not None and int(np.max(k)) >= TOPK_MAX_K:
-                refuse(f"TopK: `K` input must be less than {TOPK_MAX_K}")
+                refused.append(f"TopK: `K` input must be less than {TOPK_MAX_K}")
         elif op in ("QuantizeLinear", "DequantizeLinear"):
-            errors += [_ParserError(node.name, op, desc) for desc in _qdq_refusals(node, constants, value)]
+            refused = _qdq_refusals(node, constants, value)
+        errors += [_ParserError(node.name, op, desc) for desc in refused]
     return errors
 
 

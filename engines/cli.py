@@ -2,7 +2,8 @@
 
 `tiny`, `export` and `builtin` need the `export` extra (torch, transformers, the family's reference
 package); `pull` needs only its huggingface_hub; `plans` needs TensorRT (the `jetson` extra, on the
-device) and nothing else. A checkpoint is a directory or a Hugging Face repo id (engines/hub.py).
+device) and nothing else (`plans --verify` needs neither). A checkpoint is a directory or a Hugging
+Face repo id (engines/hub.py).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-frames", type=int, default=4, help="the daemon's vocoder.chunk_frames")
     p.add_argument("--first-chunk-frames", type=int, default=1, help="the daemon's vocoder.first_chunk_frames")
     p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace limit")
+    p.add_argument("--verify", action="store_true",
+                   help="build nothing: re-hash each plan's ONNX graph and weights against its stamp (one line per "
+                        "plan; exit 2 when one differs). Needs no TensorRT")
     p.set_defaults(run=_plans)
 
     args = parser.parse_args(argv)
@@ -244,7 +248,13 @@ def _builtin(args: argparse.Namespace) -> int:
 
 
 def _plans(args: argparse.Namespace) -> int:
-    from engines.tensorrt import build_plans
+    from engines.tensorrt import build_plans, verify_plans
+
+    if args.verify:
+        results = verify_plans(args.artifact)
+        for plan, reason in results:
+            print(f"{plan.name}: {reason or 'ok'}")
+        return 2 if any(reason for _, reason in results) else 0
 
     plans = build_plans(args.artifact, chunk_frames=args.chunk_frames, first_chunk_frames=args.first_chunk_frames,
                         workspace=args.workspace_mib << 20)

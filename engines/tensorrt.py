@@ -1,7 +1,10 @@
 """TensorRT plans for an artifact, built on the device (Jetson, TensorRT 10): `edged-engines plans`.
 
-Writes `<graph>.plan` beside each `<graph>.onnx`, stamped with the TensorRT version and the ONNX
-graph's hash (`edged/backends/plan_file.py`; the backend refuses a stale plan), with the
+Writes `<graph>.plan` beside each `<graph>.onnx` the TensorRT backend loads (not the clone encoder's
+speaker and codec encoders, which run on ONNX Runtime whatever the backend: `ON_ONNX_RUNTIME`),
+stamped with the TensorRT version and what the graph was built from (its files' sizes and times, and
+their SHA-256; `edged/backends/plan_file.py`: the backend refuses a stale plan, `verify_plans`
+re-hashes on request), with the
 optimization profiles of what the runtime binds (`PROFILES`): the talker is one engine (its weights
 once) with a context profile (one request's prefill: 1 member, 1..max_seq rows, a one-slot cache)
 and a generation profile (1..max_batch members with opt 1, one row over the max_seq cache, attending
@@ -27,8 +30,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from edged.backends import kernels
-from edged.backends.plan_file import write_plan
+from edged.backends.plan_file import verify_plan, write_plan
 from edged.backends.tensorrt_version import refusal
+from edged.clone.roles import ROLES as CLONE_ROLES
 from edged.request import MAX_VERIFY_WINDOW as MAX_WINDOW
 from engines.weight_form import FormError, form, vocoder_form
 
@@ -48,14 +52,16 @@ PROFILES: dict[str, list[Profile]] = {
                         ANY: {0: "B"}}],  # a pass: R new rows per member, the last V of them verified
     "code_predictor_draft": [{"heads": {0: "D"}, "noise": {0: "B", 1: "D"}, ANY: {0: "B"}}],
     "vocoder": [{"codes": {0: "B", 2: "F"}, ANY: {0: "B"}}],
-    "speaker_encoder": [{"pcm": {0: "1", 1: "N"}}],  # a reference recording, 1-30 s
-    "codec_encoder": [{"pcm": {0: "1", 1: "N"}}],
 }
 """graph role -> its optimization profiles. Size roles: B batch, T prefill rows, S cache slots
 (max_seq), L slots a decode attends (64..max_seq), R code-predictor pass rows (1..8: 2 in a frame's
 first pass, 1 + drafts after it), V rows a pass verifies (1 + drafts), D drafted groups (1..7), G
-code-predictor cache slots (code groups), F vocoder frames, N reference samples (the clone encoder:
-0.1 s to voices.max_reference_ms's most, 30 s), 1 exactly one."""
+code-predictor cache slots (code groups), F vocoder frames, 1 exactly one."""
+ON_ONNX_RUNTIME = CLONE_ROLES
+"""Graphs that run on ONNX Runtime whatever the daemon's backend, so they get no plan: the clone
+encoder (speaker and codec encoders), run by the voice thread (edged/daemon.py) and `edged synth
+--ref-audio` (edged/cli/synth.py) on sessions of their own, off the TensorRT backend's CUDA context
+and its shared activation block."""
 WORKSPACE = 1 << 30
 """Builder workspace limit (bytes): leaves room for the weights and the KV cache on an 8 GB Orin."""
 TACTIC_DRAM = 2 << 30
@@ -63,16 +69,14 @@ TACTIC_DRAM = 2 << 30
 on an 8 GB Orin shares DRAM with the OS and the running daemon)."""
 
 
-def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_frames: int = 1,
-          sample_rate: int = 24000) -> dict[str, tuple[int, int, int]]:
+def sizes(limits: dict, code_groups: int, chunk_frames: int = 4, first_chunk_frames: int = 1) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per size role."""
     b, s, g = limits["max_batch"], limits["max_seq"], code_groups
     window = max(chunk_frames, first_chunk_frames)
     return {"B": (1, 1, b), "T": (1, min(64, s), s), "S": (s, s, s), "L": (min(64, s), min(64, s), s),
             "R": (1, 1, max(2, min(MAX_WINDOW, g - 1))), "V": (1, 1, max(1, min(MAX_WINDOW, g - 1))),
             "D": (1, 1, max(1, min(MAX_WINDOW - 1, g - 2))), "G": (g, g, g),
-            "F": (1, chunk_frames, window), "N": (sample_rate // 10, 10 * sample_rate, 30 * sample_rate),
-            "1": (1, 1, 1)}
+            "F": (1, chunk_frames, window), "1": (1, 1, 1)}
 
 
 def profiles(role: str) -> list[Profile]:
@@ -154,11 +158,29 @@ def weights_refusal(model: dict) -> str | None:
     return None
 
 
+def tensorrt_roles(manifest: dict) -> list[str]:
+    """The graphs of an artifact the TensorRT backend loads: every one but the clone encoder's."""
+    return [role for role in manifest["tensors"] if role not in ON_ONNX_RUNTIME]
+
+
+def verify_plans(artifact: Path) -> list[tuple[Path, str | None]]:
+    """Each plan of the artifact and why it is not what its graph's files hash to now (None: it is),
+    re-reading every graph and its weights whole: what the boot does not do. Needs no TensorRT."""
+    manifest = json.loads((artifact / "artifact.json").read_text())
+    results = []
+    for role in tensorrt_roles(manifest):
+        onnx_path = artifact / manifest["files"][role]
+        plan = onnx_path.with_suffix(".plan")
+        results.append((plan, verify_plan(plan, onnx_path)))
+    return results
+
+
 def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: int = 1,
                 workspace: int = WORKSPACE) -> list[Path]:
-    """Build a stamped plan for every graph of the artifact, and the backend's kernels; returns the
-    plans' paths. An fp16 artifact (`edged-engines fp16` / `export --precision fp16`) is built strongly
-    typed: fp16 where its graphs say so, fp32 everywhere else; so is an int4 artifact in the Jetson form
+    """Build a stamped plan for every graph the TensorRT backend loads (`tensorrt_roles`: not the clone
+    encoder's), and the backend's kernels; returns the plans' paths. An fp16 artifact (`edged-engines
+    fp16` / `export --precision fp16`) is built strongly typed: fp16 where its graphs say so, fp32
+    everywhere else; so is an int4 artifact in the Jetson form
     (`quantize --target jetson`), whose DequantizeLinear weights TensorRT builds into INT4-weight fp16
     GEMMs (explicit quantization). A form it cannot build is refused before anything is built."""
     import pycuda.driver as cuda
@@ -173,10 +195,9 @@ def build_plans(artifact: Path, *, chunk_frames: int = 4, first_chunk_frames: in
         raise SystemExit(f"{artifact}: TensorRT 10.3 cannot build this artifact: {refused}")
     fp16 = manifest["model"].get("precision", "fp32") == "fp16"
     strongly_typed = fp16 or manifest["model"].get("weights", "fp32") != "fp32"
-    by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames,
-                    manifest["audio"]["sample_rate"])
+    by_role = sizes(manifest["limits"], manifest["dims"]["code_groups"], chunk_frames, first_chunk_frames)
     written = []
-    for role in manifest["tensors"]:
+    for role in tensorrt_roles(manifest):
         onnx_path = artifact / manifest["files"][role]
         plan = onnx_path.with_suffix(".plan")
         write_plan(plan, build(onnx_path, role, by_role, strongly_typed, workspace), trt.__version__, onnx_path,

@@ -25,6 +25,30 @@ ensure_packages() {
     apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# tensorrt_check WHO PYTHON: JetPack's TensorRT, as PYTHON imports it, is one edged runs on, by edged's
+# own rule (edged/backends/tensorrt_version.py, from this checkout): otherwise one line naming the
+# version found and the one needed (JetPack 6.0's TensorRT 8.6 is refused here) and exit 1, before
+# anything is built or installed.
+tensorrt_check() {
+    local who=$1 python=$2
+    "$python" - "$who" <<'PY' || exit 1
+import sys
+
+sys.path.insert(0, ".")  # the checkout's edged: the venv does not exist yet
+from edged.backends.tensorrt_version import NEEDED, refusal
+
+who = sys.argv[1]
+try:
+    import tensorrt
+except ImportError as exc:
+    sys.exit(f"{who}: no TensorRT Python bindings ({exc}); edged needs {NEEDED}: apt-get install python3-libnvinfer")
+reason = refusal(tensorrt.__version__)
+if reason is not None:
+    sys.exit(f"{who}: {reason}")
+print(f"{who}: TensorRT {tensorrt.__version__}")
+PY
+}
+
 # jetson_venv WHO VENV PYTHON CUDA_HOME: a virtual environment that sees JetPack's tensorrt
 # (--system-site-packages), with pycuda built from source against the installed CUDA (nvcc). Sets `pip`,
 # the install command every later install into it takes: scripts/jetson-constraints.txt keeps numpy 1.x,

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         threads: ThreadPlan = args.threads
         backend = offline_backend(args.backend, threads.generation)
         try:
-            clone = _clone(artifact, backend, threads, args.ref_audio, args.ref_text) if args.ref_audio else None
+            clone = _clone(artifact, threads, args.ref_audio, args.ref_text) if args.ref_audio else None
             request = SpeechRequest(id="synth", text=args.text, voice=args.speaker, language=args.language,
                                     instruct=args.instruct, sampling=sampling, dual_track=args.dual_track,
                                     max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text),
@@ -109,21 +109,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _clone(artifact, backend, threads: ThreadPlan, path: Path, ref_text: str | None) -> ClonedVoice:
-    """The voice of the recording at `path`, through the artifact's clone encoder (on ONNX Runtime: its
-    own sessions, with the plan's clone_encoder threads)."""
+def _clone(artifact, threads: ThreadPlan, path: Path, ref_text: str | None) -> ClonedVoice:
+    """The voice of the recording at `path`, through the artifact's clone encoder: on ONNX Runtime
+    whatever the synthesis runs on (its own sessions, with the plan's clone_encoder threads), as the
+    daemon's voice thread runs it; `edged-engines plans` builds no plan for it."""
     try:
         pcm, rate = read_wav(path)
     except OSError as exc:
         raise BadReference(f"--ref-audio {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise BadReference(f"--ref-audio {exc}") from exc
-    own = make_backend("onnxruntime", threads.clone_encoder) if backend.name == "onnxruntime" else None
+    own = make_backend("onnxruntime", threads.clone_encoder)
     try:
-        encoder = VoiceEncoder(artifact, own or backend)
+        encoder = VoiceEncoder(artifact, own)
         encoder.preallocate()
         pcm = reference_pcm(pcm, rate, artifact.sample_rate, min_ms=MIN_REFERENCE_MS, max_ms=MAX_REFERENCE_MS)
         return encoder.encode(pcm, ref_text)
     finally:
-        if own is not None:
-            own.close()
+        own.close()

@@ -18,6 +18,7 @@ from support import fake_trt
 
 from edged.artifact import load_artifact
 from edged.backends import Append, EngineError, Rows, make_backend
+from edged.clone.roles import ROLES as CLONE_ROLES
 
 
 @pytest.fixture(scope="module", params=["under test", "tensorrt double"])
@@ -93,6 +94,8 @@ def _predictor_buffers(artifact, backend, n: int, seed: int = 0) -> dict[str, np
 
 def test_tensor_names_follow_the_manifest(artifact, backend):
     for role, graph in artifact.graphs.items():
+        if backend.name == "tensorrt" and role in CLONE_ROLES:
+            continue  # ONNX Runtime runs the clone encoder whatever the backend: it has no plan
         engine = backend.load(artifact.file(role))
         assert tuple(engine.inputs) == graph.inputs, role
         assert tuple(engine.outputs) == graph.outputs, role

@@ -1,14 +1,17 @@
 """TensorRT optimization profiles (engines/tensorrt.py), computed without TensorRT from the ONNX
-graphs: every dynamic axis of every input gets a role, and the ranges cover what the runtime binds."""
+graphs: every dynamic axis of every input of every graph the TensorRT backend loads gets a role, and
+the ranges cover what the runtime binds; the clone encoder's graphs get none (ONNX Runtime runs them)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 onnx = pytest.importorskip("onnx")
 
 from edged.artifact import load_artifact
-from engines.tensorrt import profile, profiles, sizes
+from engines.tensorrt import ON_ONNX_RUNTIME, profile, profiles, sizes, tensorrt_roles
 
 
 def inputs(path) -> list[tuple[str, list[int]]]:
@@ -20,9 +23,11 @@ def inputs(path) -> list[tuple[str, list[int]]]:
 def test_every_dynamic_axis_has_a_range_covering_the_bindings(builtin_artifact):
     a = load_artifact(builtin_artifact)
     by_role = sizes({"max_batch": a.max_batch, "max_seq": a.max_seq}, a.dims.code_groups, chunk_frames=4,
-                    first_chunk_frames=6, sample_rate=a.sample_rate)
+                    first_chunk_frames=6)
     seen_dynamic = 0
-    for role in a.graphs:
+    roles = tensorrt_roles(json.loads((builtin_artifact / "artifact.json").read_text()))
+    assert set(roles) == set(a.graphs) - set(ON_ONNX_RUNTIME) and set(ON_ONNX_RUNTIME) <= set(a.graphs)
+    for role in roles:
         for index in range(len(profiles(role))):
             for name, shape in inputs(a.file(role)):
                 shapes = profile(role, index, name, shape, by_role)
@@ -65,8 +70,6 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
         return verified if name in ("drafts", "draft_probs", "accept_noise", "noise") else (g,) * 3
     if role == "code_predictor_draft" and (name == "heads" or axis > 0):  # the drafted groups
         return drafted
-    if role in ("speaker_encoder", "codec_encoder"):  # one reference of 0.1 to 30 s
-        return (1, 1, 1) if axis == 0 else (a.sample_rate // 10, 10 * a.sample_rate, 30 * a.sample_rate)
     assert axis == 0
     return batch
 
@@ -74,7 +77,6 @@ def expected(role: str, index: int, name: str, axis: int, a) -> tuple[int, int, 
 def test_the_talker_is_one_engine_with_a_context_and_a_generation_profile():
     assert len(profiles("talker")) == 2
     assert len(profiles("code_predictor")) == len(profiles("code_predictor_draft")) == len(profiles("vocoder")) == 1
-    assert len(profiles("speaker_encoder")) == len(profiles("codec_encoder")) == 1
 
 
 def test_a_dynamic_axis_without_a_size_is_an_error():

@@ -4,7 +4,10 @@
 
 Building (`OnnxParser`, `Builder`):
 - the parser refuses an operator outside onnx-tensorrt's support table (docs/operators.md at
-  release 10.1-GA; the 10.2 and 10.3 changelogs add no operator), naming it;
+  release 10.1-GA; the 10.2 and 10.3 changelogs add no operator), naming it, and the nodes its
+  importer refuses (`IMPORTER_RULES`, each citing onnx-tensorrt at release/10.1-GA): axes that are
+  not constants, TopK unsorted or with K of 3840 or more, a Q/DQ zero point other than zero, INT4
+  with an odd last dimension, a blocked scale blocking more than one dimension;
 - the builder returns None, logging the error, for a dynamic input no profile covers; for a blocked
   DequantizeLinear whose weights are not INT4 (NvInfer.h IDequantizeLayer: "Block dequantization is
   supported only for 2-D input tensors with DataType::kINT4 that are rooted at an IConstantLayer");
@@ -16,7 +19,10 @@ Building (`OnnxParser`, `Builder`):
   built with TF32 on (BuilderFlag::kTF32 "Enabled by default": their inputs are rounded to 10-bit
   mantissas); the engine keeps `tf32` and `fp32_int4_products`, so a test sees both;
 - `build_serialized_network` returns an IHostMemory (a buffer; PLAN_PADDING bytes of engine stand in
-  for the weights when a test wants a large plan).
+  for the weights when a test wants a large plan) recording, per profile, the activation memory the
+  engine will ask for (`_activation_bytes`): not TensorRT's figure, but one taken from the graph's
+  own intermediate tensors at the profile's largest shapes, so a block sized from it is tested
+  against what the graph needs.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import struct
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from support.fake_trt import MAGIC, BuilderFlag, Logger, MemoryPoolType, NetworkDefinitionCreationFlag
 
 PLAN_PADDING = 0
@@ -51,6 +58,94 @@ SUPPORTED = frozenset((
 """onnx-tensorrt docs/operators.md (release 10.1-GA), the operators marked Y."""
 INT4_BLOCKS = (64, 128)
 
+
+
+AXES_INPUTS = {"Squeeze": (1, "Squeeze axes input must be an initializer!"),  # onnxOpImporters.cpp, Squeeze
+               "Unsqueeze": (1, "Axes input for unsqueeze operation should be a constant tensor."),  # Unsqueeze
+               "Slice": (3, "This version of TensorRT does not support dynamic axes."),  # Slice
+               "Pad": (3, "`axes` must be an initializer"),  # docs/operators.md, Pad
+               "CumSum": (1, "`axis` must be an initializer"),  # docs/operators.md, CumSum
+               **{op: (1, "Axis input must be an initializer!")  # importerUtils.cpp, reduceTensor
+                  for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                             "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")}}
+"""op -> (the input holding its axes, the importer's words when that input is not a constant)."""
+TOPK_MAX_K = 3840
+"""docs/operators.md, TopK: "`sorted` must be 1. `K` input must be less than 3840."."""
+IMPORTER_RULES = (
+    "axes inputs are constants (an initializer or a Constant node's output): AXES_INPUTS",
+    "TopK: sorted is 1 and K below 3840 (docs/operators.md)",
+    "QuantizeLinear/DequantizeLinear: a constant zero point is all zeros (QuantDequantLinearHelper: \"TensorRT only "
+    "supports symmetric quantization\") and has the scale's volume",
+    "INT4: an even last dimension (\"Quantization to INT4 is not supported for tensors with an odd last dimension\")",
+    "a blocked scale (the input's rank) blocks one dimension (\"Only a single blocking dimension is allowed.\") by an "
+    "integer block (\"Inferred block size is not an integer.\")",
+)
+"""What onnx-tensorrt's importer refuses beyond unknown operators (onnxOpImporters.cpp, importerUtils.cpp and
+docs/operators.md at release/10.1-GA; `importer_refusals`)."""
+
+
+def importer_refusals(model: onnx.ModelProto) -> list[_ParserError]:
+    """The nodes onnx-tensorrt's importer would refuse (IMPORTER_RULES), each with its words."""
+    inits = {i.name: i for i in model.graph.initializer}
+    constants = dict(inits)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+
+    def value(name: str) -> np.ndarray | None:
+        tensor = constants.get(name)
+        if tensor is None or tensor.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+            return None
+        return onnx.numpy_helper.to_array(tensor)
+
+    errors = []
+    for node in model.graph.node:
+        op, given, refused = node.op_type, list(node.input), []
+        if op in AXES_INPUTS:
+            index, words = AXES_INPUTS[op]
+            if len(given) > index and given[index] and given[index] not in constants:
+                refused.append(words)
+        elif op == "TopK":
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            k = value(given[1]) if len(given) > 1 else None
+            if attrs.get("sorted", 1) != 1:
+                refused.append("TopK: `sorted` must be 1")
+            if k is not None and int(np.max(k)) >= TOPK_MAX_K:
+                refused.append(f"TopK: `K` input must be less than {TOPK_MAX_K}")
+        elif op in ("QuantizeLinear", "DequantizeLinear"):
+            refused = _qdq_refusals(node, constants, value)
+        errors += [_ParserError(node.name, op, desc) for desc in refused]
+    return errors
+
+
+def _qdq_refusals(node: onnx.NodeProto, constants: dict, value) -> list[str]:
+    scale = constants.get(node.input[1])
+    data = constants.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+    zero = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    refusals = []
+    if zero is not None and zero in constants:
+        point = constants[zero]
+        if point.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+            packed = np.frombuffer(point.raw_data, np.uint8) if point.raw_data else np.array(point.int32_data)
+            nonzero = bool(np.any(packed))
+        else:
+            nonzero = bool(np.any(value(zero)))
+        if nonzero:
+            refusals.append("TensorRT only supports symmetric quantization. The zero point for the "
+                            "QuantizeLinear/DequantizeLinear operator must be all zeros.")
+        if scale is not None and int(np.prod(point.dims)) != int(np.prod(scale.dims)):
+            refusals.append("The scale and zero point must have the same volume.")
+    int4 = (data is not None and data.data_type == onnx.TensorProto.INT4) or (
+        zero in constants and constants[zero].data_type == onnx.TensorProto.INT4)
+    if data is not None and int4 and data.dims and data.dims[-1] % 2:
+        refusals.append("Quantization to INT4 is not supported for tensors with an odd last dimension.")
+    if data is not None and scale is not None and len(scale.dims) == len(data.dims) > 0 and \
+            int(np.prod(scale.dims)) != 1:
+        if sum(1 for d, s in zip(data.dims, scale.dims) if s == 0 or d // s != 1) != 1:
+            refusals.append("Only a single blocking dimension is allowed.")
+        elif int(np.prod(data.dims)) % int(np.prod(scale.dims)):
+            refusals.append("Inferred block size is not an integer.")
+    return refusals
 
 
 class _Tensor:
@@ -100,6 +195,7 @@ class OnnxParser:
         model = onnx.load(path, load_external_data=False)
         self.errors = [_ParserError(n.name, n.op_type, f"No importer registered for op: {n.op_type}")
                        for n in model.graph.node if n.op_type not in SUPPORTED]
+        self.errors += importer_refusals(model)
         if self.errors:
             return False
         inits = {i.name for i in model.graph.initializer}
@@ -176,7 +272,7 @@ class Builder:
             self.logger.log(Logger.WARNING, "TF32 is enabled: fp32 products may round their inputs to 10-bit mantissas")
         profiles = [p.shapes for p in config.profiles] or [{}]
         spec = json.dumps({"onnx": network.onnx_path, "profiles": profiles,
-                           "activation_bytes": [_activation_bytes(model, p) for p in profiles],
+                           "activation_bytes": _activation_bytes(network.onnx_path, profiles),
                            "strongly_typed": network.strongly_typed, "tf32": tf32,
                            "fp32_int4_products": fp32_int4}).encode()
         data = np.zeros(len(MAGIC) + 8 + len(spec) + PLAN_PADDING, np.uint8)
@@ -209,17 +305,43 @@ class Builder:
         return None
 
 
-def _activation_bytes(model: onnx.ModelProto, profile: dict) -> int:
-    """The double's stand-in for a profile's activation memory: 4 x the inputs' bytes at the profile's
-    largest shapes, in 256-byte units."""
-    inits = {i.name for i in model.graph.initializer}
-    total = 0
-    for tensor in model.graph.input:
-        if tensor.name in inits:
-            continue
-        shape = profile[tensor.name][2] if tensor.name in profile else [d.dim_value for d in tensor.type.tensor_type.shape.dim]
-        total += int(np.prod(shape)) * onnx.helper.tensor_dtype_to_np_dtype(tensor.type.tensor_type.elem_type).itemsize
-    return -(-4 * total // 256) * 256
+def _activation_bytes(onnx_path: str, profiles: list[dict]) -> list[int]:
+    """Each profile's activation memory, in 256-byte units: the peak, over the graph's nodes in order,
+    of the intermediate tensors alive at once (computed from the inputs, read by a later node, neither
+    an input nor an output, which the caller binds), their sizes taken by running the graph on ONNX
+    Runtime at the profile's largest shapes (zeros). TensorRT fuses and reuses more, so its figure
+    differs; what matters here is that it comes from the graph, as TensorRT's does."""
+    model = onnx.load(onnx_path)  # with its external data: the session below runs it
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    dynamic = {i.name for i in inputs}
+    for node in graph.node:  # what depends on no input is folded into weights by TensorRT
+        if any(x in dynamic for x in node.input):
+            dynamic.update(o for o in node.output if o)
+    outputs = {o.name for o in graph.output}
+    counted = [o for n in graph.node for o in n.output if o in dynamic and o not in outputs]
+    graph.output.extend(onnx.ValueInfoProto(name=name) for name in counted)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    last_use = {x: k for k, node in enumerate(graph.node) for x in node.input if x in counted}
+    sizes = []
+    for profile in profiles:
+        feeds = {i.name: np.zeros(profile[i.name][2] if i.name in profile else
+                                  [d.dim_value for d in i.type.tensor_type.shape.dim],
+                                  onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+                 for i in inputs}
+        values = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
+        nbytes = {name: values[name].nbytes for name in counted}
+        live = peak = 0
+        for k, node in enumerate(graph.node):
+            live += sum(nbytes.get(o, 0) for o in node.output)
+            peak = max(peak, live)
+            live -= sum(nbytes[x] for x in set(node.input) if last_use.get(x) == k)
+            live -= sum(nbytes[o] for o in node.output if o in nbytes and o not in last_use)
+        sizes.append(-(-max(peak, 1) // 256) * 256)
+    return sizes
 
 
 def _fp32_scaled_int4(model: onnx.ModelProto) -> int:

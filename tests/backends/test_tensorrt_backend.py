@@ -63,6 +63,13 @@ def artifact(trt, builtin_artifact, tmp_path):
     return out
 
 
+def executions(backend) -> list[list[int]]:
+    """Enqueues each engine ran per optimization profile, over all of its contexts (shared and each
+    captured graph's own)."""
+    return [[sum(c.context.executions for c in e.contexts() if c.index == i) for i in e.profiles]
+            for e in backend.engines]
+
+
 def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, backend):
     requests = [SpeechRequest(r.id, r.text, r.voice, r.language, sampling=Sampling(seed=i, cp_spec_verify_size=2),
                               dual_track=r.dual_track, max_frames=r.max_frames) for i, r in enumerate(REQUESTS)]
@@ -71,7 +78,7 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
     assert fake_trt.stack_depth() == 1
     try:
         got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(requests)
-        executions = [[p.context.executions for p in e.profiles] for e in trt_backend.engines]
+        ran = executions(trt_backend)
     finally:
         trt_backend.close()
     for w, g in zip(want, got):
@@ -79,7 +86,7 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
         assert np.abs(w.pcm - g.pcm).max() <= 1e-5, w.id  # the double runs ONNX Runtime with its own threads
     # every engine ran through the TensorRT API (the draft graph: speculative verify is on); the talker on
     # both its profiles (prefills, decode steps)
-    assert len(executions) == 4 and min(map(min, executions)) >= len(REQUESTS), executions
+    assert len(ran) == 4 and min(map(min, ran)) >= len(REQUESTS), ran
 
 
 def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifact, backend):
@@ -98,14 +105,14 @@ def test_the_clone_encoder_on_tensorrt_encodes_what_onnxruntime_does(trt, artifa
         got = VoiceEncoder(load_artifact(artifact), trt_backend)
         got.preallocate()
         voice = got.encode(pcm, "the reference")
-        executions = [[p.context.executions for p in e.profiles] for e in trt_backend.engines]
+        ran = executions(trt_backend)
     finally:
         trt_backend.close()
     assert np.abs(voice.xvector - expected.xvector).max() <= 1e-5 * np.abs(expected.xvector).max()
     assert voice.ref_codes is not None and np.array_equal(voice.ref_codes, expected.ref_codes)
     assert voice.primed is not None and expected.primed is not None  # the vocoder state after the reference
     assert all(np.abs(a - b).max() <= 1e-5 for a, b in zip(voice.primed, expected.primed))
-    assert executions[:2] == [[1], [1]] and executions[2][0] >= -(-len(voice.ref_codes) // 4), executions
+    assert ran[:2] == [[1], [1]] and ran[2][0] >= -(-len(voice.ref_codes) // 4), ran
 
 
 def engine_of(plan: Path):
@@ -125,7 +132,8 @@ def test_close_waits_for_the_stream_releases_in_order_pops_the_context_once_and_
     backend.copy(device, buf)  # still pending: close() waits for it before freeing what it uses
     backend.close()
     assert fake_trt.stack_depth() == 0 and backend.cuda_context.detached
-    assert not engine.profiles and engine.engine is None and allocation.freed and not backend.buffers
+    assert not engine.shared and not engine.captured and engine.engine is None and allocation.freed
+    assert not backend.buffers
     assert device_allocation.freed and not backend.device_memory and device.nbytes == 128 and activations.freed
     backend.close()  # idempotent: no second pop
     assert fake_trt.stack_depth() == 0
@@ -370,22 +378,24 @@ def test_the_cuda_double_keeps_cudas_promises(trt):
 def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
     """execute_async_v3 runs only with every shape and address set, a current context and activation
     memory (USER_MANAGED has none until set_device_memory, which takes aligned device memory of at
-    least the engine's size); the legacy stream 0 is a stream; a profile chosen by a live context is
-    refused to another until that one is gone; outputs are garbage until the stream syncs."""
-    import gc
-
+    least the engine's size); the legacy stream 0 is a stream; a USER_MANAGED context chooses a
+    profile only once it has device memory, and two live contexts may choose the same one (profile
+    sharing, TensorRT 10); outputs are garbage until the stream syncs."""
     engine = engine_of(load_artifact(artifact).file("talker").with_suffix(".plan"))
     user = fake_trt.ExecutionContextAllocationStrategy.USER_MANAGED
-    first, second = engine.create_execution_context(user), engine.create_execution_context(user)
-    assert first.set_optimization_profile_async(1, 0)
-    with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
-        second.set_optimization_profile_async(1, 0)  # "Profile 1 has been chosen by another IExecutionContext"
-    del first
-    gc.collect()
-    assert second.set_optimization_profile_async(1, 0)
-    ctx = engine.create_execution_context(user)  # profile 0: one prefill row over the one-slot cache
     fake_cuda.Context().push()
     try:
+        memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
+        first, second = engine.create_execution_context(user), engine.create_execution_context(user)
+        with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
+            first.set_optimization_profile_async(1, 0)  # the switch's copy into its memory has nowhere to go
+        for context in (first, second):
+            context.set_device_memory(int(memory), engine.device_memory_size_v2)
+            assert context.set_optimization_profile_async(1, 0)
+        fake_cuda.stream_of(0).synchronize()
+        assert first.device_profile == second.device_profile == 1
+        del first, second
+        ctx = engine.create_execution_context(user)  # profile 0: one prefill row over the one-slot cache
         buffers = {}
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
@@ -399,7 +409,6 @@ def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
         assert not ctx.execute_async_v3(0)  # no activation memory yet
         with pytest.raises(RuntimeError, match="256-byte aligned device memory of at least"):
             ctx.set_device_memory(buffers["noise"].base.get_device_pointer(), engine.device_memory_size_v2)
-        memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
         with pytest.raises(RuntimeError, match="at least"):
             ctx.set_device_memory(int(memory), engine.device_memory_size_v2 - 256)
         ctx.set_device_memory(int(memory), engine.device_memory_size_v2)
@@ -553,14 +562,14 @@ def test_validate_jetson_offers_no_int8_twin(tmp_path):
 
 
 def test_one_activation_block_serves_every_context(trt, artifact):
-    """Every execution context is USER_MANAGED on one block of device memory, the largest engine's
-    size, instead of a kSTATIC block of its own each (the talker's two, the code predictor's, its
-    draft's and the vocoder's)."""
+    """Every execution context (one per profile for the enqueued plans, one per captured graph) is
+    USER_MANAGED on one block of device memory, the largest engine's size, instead of a kSTATIC block
+    of its own each."""
     backend = trt.TrtBackend()
     try:
         Synthesizer(load_artifact(artifact), backend)
-        contexts = [p.context for e in backend.engines for p in e.profiles]
-        assert len(contexts) == 5 and all(c.own_memory is None for c in contexts)
+        contexts = [c.context for e in backend.engines for c in e.contexts()]
+        assert len(contexts) > backend.graphs() > 0 and all(c.own_memory is None for c in contexts)
         assert {c.memory for c in contexts} == {int(backend.activations)}
         assert backend.activation_bytes() == max(e.engine.device_memory_size_v2 for e in backend.engines) > 0
         static = sum(e.engine.device_memory_size_v2 * len(e.profiles) for e in backend.engines)

@@ -145,6 +145,11 @@ class Region:
             raise MemoryError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
         self.device, self.pitch, self.freed = device, pitch, False
         self.address = self.ptr if device else self.ptr + DEVICE_OFFSET  # where device work sees it
+        if device:  # cuMemAlloc: "The memory is not cleared"; here it holds NaN-like bytes until written
+            _libc.mprotect(self.ptr, self.size, PROT_READ_WRITE)
+            ctypes.memset(self.ptr, POISON, self.size)
+            if _access_depth[0] == 0:
+                _libc.mprotect(self.ptr, self.size, PROT_NONE)
         _regions.append(self)
 
     def host(self) -> np.ndarray:
@@ -467,6 +472,9 @@ static uint3 threadIdx, blockIdx, blockDim, gridDim;
 """
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 _BUILT: dict[str, ctypes.CDLL] = {}
+BLOCK_ORDER = np.random.default_rng(87)
+"""Shuffles each launch's blocks (CUDA Programming Guide, "Thread Hierarchy": "Thread blocks are
+required to execute independently: It must be possible to execute them in any order")."""
 
 
 def compile(source: str, arch: str | None = None, options=None, **_) -> bytes:
@@ -514,12 +522,15 @@ def _params(text: str) -> list[str]:
 def _launcher(name: str, types: list[str]) -> str:
     args = ", ".join(f"*({t}*)p[{i}]" for i, t in enumerate(types))
     return f"""
-extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void** p) {{
+extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void** p,
+                              const unsigned* order) {{
     gridDim = uint3{{gx, gy, gz}}; blockDim = uint3{{bx, by, bz}};
-    for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x)
-    for (unsigned tz = 0; tz < bz; ++tz) for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {{
-        blockIdx = uint3{{x, y, z}}; threadIdx = uint3{{tx, ty, tz}};
-        {name}({args});
+    for (unsigned long i = 0; i < (unsigned long)gx * gy * gz; ++i) {{
+        unsigned b = order[i], x = b % gx, y = b / gx % gy, z = b / gx / gy;
+        for (unsigned tz = 0; tz < bz; ++tz) for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {{
+            blockIdx = uint3{{x, y, z}}; threadIdx = uint3{{tx, ty, tz}};
+            {name}({args});
+        }}
     }}
 }}
 """
@@ -554,7 +565,8 @@ class Function:
 
         def run() -> None:
             params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
-            launch(*map(ctypes.c_uint, (*grid3, *block)), params)
+            order = np.ascontiguousarray(BLOCK_ORDER.permutation(grid3[0] * grid3[1] * grid3[2]), np.uint32)
+            launch(*map(ctypes.c_uint, (*grid3, *block)), params, order.ctypes.data_as(ctypes.c_void_p))
             self.launches += 1
         pointers = [(int(a), 1) for f, a in zip(self.arg_format, args) if f == "P" and int(a)]
         _on(stream, "cuLaunchKernel").enqueue(Work(run, [], f"cuLaunchKernel({self.name})", pointers))

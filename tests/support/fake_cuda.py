@@ -523,10 +523,10 @@ def _launcher(name: str, types: list[str]) -> str:
     args = ", ".join(f"*({t}*)p[{i}]" for i, t in enumerate(types))
     return f"""
 extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void** p,
-                              const unsigned* order) {{
+                              const unsigned* block_order_) {{
     gridDim = uint3{{gx, gy, gz}}; blockDim = uint3{{bx, by, bz}};
     for (unsigned long i = 0; i < (unsigned long)gx * gy * gz; ++i) {{
-        unsigned b = order[i], x = b % gx, y = b / gx % gy, z = b / gx / gy;
+        unsigned b = block_order_[i], x = b % gx, y = b / gx % gy, z = b / gx / gy;
         for (unsigned tz = 0; tz < bz; ++tz) for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {{
             blockIdx = uint3{{x, y, z}}; threadIdx = uint3{{tx, ty, tz}};
             {name}({args});

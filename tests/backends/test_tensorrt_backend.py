@@ -835,7 +835,6 @@ def test_a_replayed_graph_reads_its_context_as_it_is_at_the_replay(trt, artifact
         assert np.isnan(buffers["hidden"]).all()
         graph.close()
     finally:
-        del ctx
         fake_cuda.Context.pop()
 
 

@@ -11,7 +11,9 @@ way the real part breaks where the backend could get them wrong:
   byte it will write reads as 0xFF (NaN / -1): a host that reads a result before synchronizing sees
   garbage, as it may on the device.
 - Device memory (`mem_alloc`) is mapped PROT_NONE: a host read or write of it crashes, as it would on
-  the device; only device work reaches it. Page-locked memory (`pagelocked_zeros`) is its own mapping,
+  the device; only device work reaches it. It comes filled with 0xFF bytes (NaN, -1): cuMemAlloc
+  "The memory is not cleared", and a reused allocation holds what was there, so a buffer read before
+  it is written reads garbage. Page-locked memory (`pagelocked_zeros`) is its own mapping,
   page-aligned; `get_device_pointer()` needs DEVICEMAP (cuMemHostGetDevicePointer: "the memory must
   have been allocated with CU_MEMHOSTALLOC_DEVICEMAP", else CUDA_ERROR_INVALID_VALUE) and is distinct
   from the host address; `free()` unmaps it (cuMemFreeHost), so a later touch crashes too.
@@ -36,12 +38,15 @@ way the real part breaks where the backend could get them wrong:
   blocking stream"); loading a module returns success and invalidates the capture silently; creating
   a stream is allowed. pycuda raises all of them as LogicError. A graph is replayed by
   `cuGraphLaunch`; live graphs and executable graphs are counted, so a leak shows.
-- libcudart keeps a per-thread last error that a failed capture leaves set (TensorRT's runtime calls
-  report it); `cudaGetLastError()` returns and clears it (trtexec's endCaptureOnError does exactly
-  that, samples/common/sampleDevice.h at v10.3.0).
+- libcudart keeps a per-thread last error; `cudaGetLastError()` returns and clears it (trtexec's
+  endCaptureOnError calls it, samples/common/sampleDevice.h at v10.3.0). `RUNTIME` is the process's
+  libcudart; TensorRT links its own statically (fake_trt.RUNTIME, another `CudaRuntime`), so a
+  failed capture inside TensorRT leaves its error there, and clearing this one does not clear it.
 - Kernels: `pycuda.compiler.compile` keeps the CUDA C source; `module_from_buffer` compiles it for
   this CPU with the host C++ compiler (blockIdx/threadIdx/blockDim/gridDim as globals, every block
-  and thread run in turn), so a kernel's own indexing runs here. Pointer arguments are translated from
+  and thread run in turn), so a kernel's own indexing runs here. The blocks run in a shuffled order
+  on every launch (Programming Guide, "Thread Hierarchy": blocks "must" be able to run "in any
+  order"), so a kernel that counts on block order fails here. Pointer arguments are translated from
   device to host addresses; pointers a kernel reads from memory must be `mem_alloc` memory, whose
   device and host addresses are the same.
 """
@@ -493,8 +498,8 @@ def module_from_buffer(data: bytes, options=None) -> Module:
 
 
 class Module:
-    """The CUDA source compiled for this CPU: each kernel behind a launcher that runs every block and
-    thread in turn."""
+    """The CUDA source compiled for this CPU: each kernel behind a launcher that runs every block, in
+    the order it is given, and every thread of it in turn."""
 
     def __init__(self, source: str) -> None:
         kernels = {name: _params(params) for name, params in _KERNEL.findall(source)}

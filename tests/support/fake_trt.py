@@ -12,27 +12,46 @@ Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
   at once: setDeviceMemoryV2, "undefined behavior"). The sizes are what the builder recorded
   (fake_trt_build.py's stand-in), not TensorRT's;
 - a new context runs profile 0; `set_optimization_profile_async` raises RuntimeError (the Python
-  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range or a profile another live context has
-  chosen ("Profile N has been chosen by another IExecutionContext");
+  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range, and for a USER_MANAGED context with
+  no device memory yet (the switch may enqueue a cudaMemcpyAsync into the context's memory: Edge-LLM
+  sets the memory first). Several live contexts may choose the same profile: profile sharing
+  (PreviewFeature kPROFILE_SHARING_0806) is on by default since TensorRT 10.0 (trtexec's
+  sampleOptions.cpp in 10.x: "profileSharing0806 is on by default in TensorRT 10.0. This flag is
+  deprecated and has no effect"); "each optimization profile can only have one execution context" is
+  TensorRT 8's rule, without that feature. The switch is stream-ordered: the host's calls see the new
+  profile at once, the device's work once the stream has reached the switch (work on another stream
+  that shares the memory meanwhile is refused, below);
 - `set_input_shape` returns False for a shape outside the profile or off a static dim;
   `set_tensor_address` returns False for an address that is not 256-byte aligned; `infer_shapes()`
   lists inputs without a shape; `execute_async_v3` returns False unless every input has a shape and
   every tensor an address, a CUDA context is current and the activations are set, and reports (and
-  clears) a CUDA runtime error a failed capture left;
+  clears) the error a failed capture left in TensorRT's own CUDA runtime (`RUNTIME`: libnvinfer links
+  cudart statically, so the process's libcudart, fake_cuda.RUNTIME, holds another last error, and
+  clearing that one leaves TensorRT's set);
 - `execute_async_v3` is asynchronous: the ONNX graph the engine was built from runs on ONNX Runtime
   when the stream does, reading and writing the bound buffers through their device addresses, so
   results can be compared with the ONNX Runtime backend's; outputs read before the stream syncs are
   garbage (fake_cuda.py); releasing bound memory first is refused (enqueueV3: "Modifying or
   releasing memory that has been registered for the tensors before stream synchronization ...
   results in undefined behavior");
-- under capture, an enqueue is recorded only after an ordinary enqueue with the same bindings
-  (trtexec: "Avoid capturing initialization calls by executing the enqueue function at least once
-  before starting CUDA graph capture"); an engine in CAPTURE_UNSAFE ("The built TRT engine may
-  contain operations that are not permitted under CUDA graph capture mode", sampleInference.cpp)
-  invalidates the capture, leaves the runtime error set and returns False.
+- under capture, an enqueue is recorded only after an ordinary enqueue with the same profile,
+  memory, shapes and addresses has completed (trtexec: "Avoid capturing initialization calls by
+  executing the enqueue function at least once before starting CUDA graph capture", and it
+  synchronizes the stream before capturing, sampleInference.cpp at v10.3, as Edge-LLM does); an
+  engine in CAPTURE_UNSAFE ("The built TRT engine may contain operations that are not permitted under
+  CUDA graph capture mode", sampleInference.cpp) invalidates the capture, leaves TensorRT's runtime
+  error set and returns False;
+- a replayed graph runs on the context as it is at the replay: if its profile, memory, shapes or
+  addresses changed since the capture, its outputs are garbage (0xFF bytes), as the device's would
+  silently be (TensorRT developer guide, "CUDA Graphs": changing shapes on a context changes its
+  internal state, so a graph captured on it must be captured again; one context per captured graph,
+  NVIDIA/TensorRT#3798). Setting the same values again is no change;
+- every engine and context is in `LIVE` until it is destroyed, so a test can check that none
+  outlives the CUDA context it was made in (their destructors free CUDA memory).
 
 `install(monkeypatch)` puts `tensorrt`, `pycuda`, `pycuda.driver` and `pycuda.compiler` in
-`sys.modules` and the doubles in place of libcuda and libcudart.
+`sys.modules` and the doubles in place of libcuda and the process's libcudart, with fresh last-error
+stores for it and for TensorRT.
 """
 
 from __future__ import annotations

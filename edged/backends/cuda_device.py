@@ -58,8 +58,9 @@ class CudaDevice:
         return buf
 
     def device_empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """Device memory, zeroed; the array describes it (shape, strides, address) and is never read
-        or written by the host: only engines, kernels, `copy` and `zero` touch it."""
+        """Device memory, zeroed (cuMemAlloc does not clear it); the array describes it (shape, strides,
+        address) and is never read or written by the host: only engines, kernels, `copy` and `zero`
+        touch it."""
         dtype = np.dtype(dtype)
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
         allocation = cuda.mem_alloc(nbytes)  # 256-byte aligned, as cuMemAlloc returns

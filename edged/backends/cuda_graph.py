@@ -9,18 +9,23 @@ Only the executable graph is kept (the captured one is destroyed once instantiat
 
 A capture that fails is cleaned up the way trtexec's endCaptureOnError does (samples/common/
 sampleDevice.h, TensorRT v10.3.0): the capture is always ended, a graph it returned is destroyed,
-and the CUDA runtime's last error, which a failed capture inside TensorRT leaves set and which
-TensorRT's next call would report, is cleared with `cudaGetLastError()`; a graph whose instantiation
-failed is destroyed too. Then the caller enqueues the plan instead. Every driver call's result is
-checked and a failure names the call and the CUDA error.
+and the process's libcudart last error is cleared with `cudaGetLastError()`; a graph whose
+instantiation failed is destroyed too. That clears TensorRT's own error only where libnvinfer shares
+this libcudart: TensorRT links its CUDA runtime statically, and its runtime's last error is reported
+(and so cleared) by TensorRT's next call, which is why the caller enqueues once more, and retries
+once, before it settles on enqueuing the plan per run (`tensorrt.py`). A libcudart that cannot be
+loaded is logged and the cleanup goes on: it never aborts a boot that can fall back to enqueues.
+Every driver call's result is checked and a failure names the call and the CUDA error.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Callable
 from functools import cache
 
+log = logging.getLogger("edged.cuda_graph")
 CAPTURE_MODE_THREAD_LOCAL = 1  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: other threads' CUDA calls are not affected
 
 
@@ -47,10 +52,20 @@ def driver():
 
 @cache
 def runtime():
-    """libcudart, the CUDA runtime TensorRT reports errors through (tests put a double in its place)."""
+    """The process's libcudart, TensorRT 10.3's CUDA 12 one (tests put a double in its place)."""
     lib = ctypes.CDLL("libcudart.so.12")
     lib.cudaGetLastError.argtypes, lib.cudaGetLastError.restype = [], ctypes.c_int
     return lib
+
+
+def clear_runtime_error() -> None:
+    """`cudaGetLastError()` on the process's libcudart, or a log line saying there is none to load."""
+    try:
+        lib = runtime()
+    except OSError as exc:  # the capture failed already; the caller falls back to enqueues
+        log.warning("libcudart not loaded to clear a failed capture's error (%s)", exc)
+        return
+    lib.cudaGetLastError()
 
 
 def check(lib, call: str, result: int) -> None:
@@ -87,9 +102,11 @@ class Graph:
 
     def _discard(self, graph: ctypes.c_void_p) -> None:
         """After a failed capture: destroy what it returned and clear the runtime's last error."""
-        if graph.value:
-            check(self.lib, "cuGraphDestroy", self.lib.cuGraphDestroy(graph))
-        runtime().cudaGetLastError()
+        try:
+            if graph.value:
+                check(self.lib, "cuGraphDestroy", self.lib.cuGraphDestroy(graph))
+        finally:
+            clear_runtime_error()
 
     def launch(self) -> None:
         check(self.lib, "cuGraphLaunch", self.lib.cuGraphLaunch(self.exec, self.stream))

@@ -9,30 +9,40 @@ claimed when the first plan is bound and sized by the largest engine's `device_m
 most any of its profiles needs, `get_device_memory_size_for_profile_v2`; the Python binding wants at
 least that much per context) of every engine loaded by then (an engine loaded later that needs more
 is refused: load every engine first). The default, kSTATIC, would give each context its own block
-sized for all of its engine's profiles (NvInferRuntime.h, createExecutionContext).
+sized for all of its engine's profiles (NvInferRuntime.h, createExecutionContext). A context gets
+its device memory before it chooses its profile (Edge-LLM's order: a profile switch may enqueue a
+cudaMemcpyAsync into that memory), on the backend's stream, where the switch takes effect.
 
-Engines. A plan is the list of (name, shape, device address) for one invocation of an engine. An
-engine has one execution context per optimization profile (the talker: a context profile for
-prefills and a generation profile for decode steps, one engine holding the weights once); a plan
-runs on the context whose profile admits its shapes, and sets its shapes and addresses there only
-when another plan of that context ran last. Every setter's result is checked (TensorRT returns
-False for a shape outside the profile or an address that is not 256-byte aligned) and a refusal
-names the tensor.
+Contexts. A plan is the list of (name, shape, device address) for one invocation of an engine, on an
+execution context set to the optimization profile that admits its shapes (the talker: a context
+profile for prefills, a generation profile for decode steps, one engine holding the weights once).
+TensorRT 10 lets several live contexts choose the same profile (profile sharing, kPROFILE_SHARING_0806,
+on by default since 10.0). A plan captured as a CUDA graph has a context of its own, bound once and
+never again: changing shapes on a context changes its internal state, so a graph captured on it
+would have to be captured again (TensorRT developer guide, "CUDA Graphs"; one context per captured
+graph, NVIDIA/TensorRT#3798). Plans that are enqueued share one context per profile and set their
+shapes and addresses there only when another plan of that context ran last. Every setter's result is
+checked (TensorRT returns False for a shape outside the profile or an address that is not 256-byte
+aligned) and a refusal names the tensor.
 
 Launches. Per-step launch overhead dominates on an Orin, so a plan made for repeated runs (a decode
 step, a code-predictor pass, a vocoder window) is captured once, at boot, as a CUDA graph, with its
-K/V append inside it (after one ordinary enqueue, as TensorRT requires), and replayed per run
-(`cuda_graph.py`); its buffers never move, so the captured addresses stay right. A plan for one run
-(a prefill of one length), or one the configuration rarely runs, is enqueued. A capture that fails
-is ended and cleaned up, logged, and that plan is enqueued instead. `run()` syncs the stream once;
+K/V append inside it, and replayed per run (`cuda_graph.py`); its buffers never move, so the captured
+addresses stay right. Before the capture, one ordinary enqueue (TensorRT's first enqueue after
+binding may allocate, which a capture cannot hold) and a synchronize (trtexec's sampleInference.cpp
+at v10.3 and Edge-LLM both synchronize there). A plan for one run (a prefill of one length), or one
+the configuration rarely runs, is enqueued. A capture that fails is ended and cleaned up, logged,
+and the plan moves to its profile's shared context and is enqueued there once, retried once if
+TensorRT reports the failed capture's error (its statically linked CUDA runtime keeps it until its
+next call), then per run; a plan that fails twice fails the boot. `run()` syncs the stream once;
 `launches` counts what the host put on it.
 
-The CUDA context is pushed when the backend is made and popped in `close()` (`CudaDevice`). Plans
-and kernels are built on the device by `edged-engines plans`, stamped (`plan_file.py`,
-`kernels.py`); a stale one is refused at load. Validated on a device by `scripts/validate_jetson.sh`
-(its CUDA side alone on any NVIDIA GPU by `scripts/validate_cuda.py`); in CI, by test doubles of
-`tensorrt`, `pycuda` and the CUDA
-driver that enforce the contracts above (tests/support/fake_trt.py, fake_cuda.py).
+The CUDA context is pushed when the backend is made and popped in `close()` (`CudaDevice`), after
+every graph, context and engine was released. Plans and kernels are built on the device by
+`edged-engines plans`, stamped (`plan_file.py`, `kernels.py`); a stale one is refused at load.
+Validated on a device by `scripts/validate_jetson.sh` (its CUDA side alone on any NVIDIA GPU by
+`scripts/validate_cuda.py`); in CI, by test doubles of `tensorrt`, `pycuda` and the CUDA driver that
+enforce the contracts above (tests/support/fake_trt.py, fake_cuda.py).
 """
 
 from __future__ import annotations
@@ -62,32 +72,34 @@ check_version(trt.__version__)  # JetPack 6.0's TensorRT 8.6: a named error here
 log = logging.getLogger("edged.tensorrt")
 
 
-class Profile:
-    """One execution context of an engine, set to one optimization profile, on the shared activations."""
+class Context:
+    """One execution context of an engine, on the shared activations, set to one optimization profile."""
 
-    def __init__(self, engine, index: int, stream):
+    def __init__(self, engine: TrtEngine, index: int):
+        backend = engine.backend
         self.index = index
-        self.context = engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGED)
+        self.context = engine.engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGED)
         if self.context is None:
-            raise EngineError(f"TensorRT could not create an execution context for profile {index}")
+            raise EngineError(f"{engine.name}: TensorRT could not create an execution context for profile {index}")
+        self.context.set_device_memory(int(backend.activations), engine.activation_bytes)  # before the profile
         try:  # the Python binding raises where C++ returns False
-            chosen = self.context.set_optimization_profile_async(index, stream.handle)
+            chosen = self.context.set_optimization_profile_async(index, backend.stream.handle)
         except RuntimeError as exc:
-            raise EngineError(f"TensorRT refused optimization profile {index} ({exc})") from exc
+            raise EngineError(f"{engine.name}: TensorRT refused optimization profile {index} ({exc})") from exc
         if not chosen:
-            raise EngineError(f"TensorRT refused optimization profile {index}")
-        self.current: TrtPlan | None = None
+            raise EngineError(f"{engine.name}: TensorRT refused optimization profile {index}")
+        self.current: TrtPlan | None = None  # the plan whose shapes and addresses are set
 
-    def admits(self, engine, name: str, shape: tuple[int, ...]) -> bool:
-        lo, _, hi = engine.get_tensor_profile_shape(name, self.index)
-        return len(lo) == len(shape) and all(a <= d <= b for a, d, b in zip(lo, shape, hi))
+    def release(self) -> None:
+        self.context = None
+        self.current = None
 
 
 class TrtPlan(Plan):
-    def __init__(self, engine: TrtEngine, profile: Profile, inputs: list[tuple[str, tuple[int, ...]]],
+    def __init__(self, engine: TrtEngine, context: Context, inputs: list[tuple[str, tuple[int, ...]]],
                  addresses: list[tuple[str, int]], append: AppendLaunch | None):
         self._engine = engine
-        self._profile = profile
+        self._context = context
         self._inputs = inputs
         self._addresses = addresses
         self._append = append
@@ -95,7 +107,7 @@ class TrtPlan(Plan):
 
     def bind(self) -> None:
         """Set this plan's shapes and addresses on its context; every refusal is an error."""
-        engine, ctx = self._engine, self._profile.context
+        engine, ctx = self._engine, self._context.context
         for name, shape in self._inputs:
             if not ctx.set_input_shape(name, shape):
                 raise EngineError(f"{engine.name}: TensorRT refused shape {list(shape)} for {name} "
@@ -107,30 +119,50 @@ class TrtPlan(Plan):
         unresolved = ctx.infer_shapes()
         if unresolved:
             raise EngineError(f"{engine.name}: shapes not resolved for {sorted(unresolved)}")
-        self._profile.current = self
+        self._context.current = self
 
     def enqueue(self) -> None:
         """The engine, then its append, on the stream (captured instead while a capture runs)."""
-        if self._profile.current is not self:  # another plan of this context ran last
+        if self._context.current is not self:  # another plan of this (shared) context ran last
             self.bind()
         backend = self._engine.backend
-        if not self._profile.context.execute_async_v3(backend.stream.handle):
+        if not self._context.context.execute_async_v3(backend.stream.handle):
             raise EngineError(f"{self._engine.name}: execute_async_v3 failed")
         backend.launches += 1
         if self._append is not None:
             self._append.launch()
 
     def capture(self) -> None:
-        """Warm up (TensorRT's first enqueue after binding may allocate, which a capture cannot hold),
-        then capture the enqueue; on failure the plan is enqueued per run."""
+        """Warm up and synchronize, then capture the enqueue on this plan's own context; on failure the
+        plan is enqueued per run on its profile's shared context."""
         backend = self._engine.backend
         self.enqueue()
+        backend.stream.synchronize()
         launches = backend.launches
         try:
             self._graph = Graph(backend.stream.handle, self.enqueue)
         except (CudaError, EngineError, cuda.Error) as exc:
             log.warning("%s: no CUDA graph for a plan (%s); it is enqueued per run instead", self._engine.name, exc)
+            self._context.release()
+            self._context = self._engine.context(self._context.index)
+            self._enqueue_after_failed_capture()
         backend.launches = launches  # what a capture records is not launched
+
+    def _enqueue_after_failed_capture(self) -> None:
+        """One ordinary enqueue and sync; TensorRT reports (and so clears) the error a failed capture
+        left in its own CUDA runtime at its next call, so a refusal is retried once."""
+        stream = self._engine.backend.stream
+        for attempt in (1, 2):
+            try:
+                self.enqueue()
+                stream.synchronize()
+                return
+            except (EngineError, cuda.Error) as exc:
+                if attempt == 2:
+                    raise EngineError(f"{self._engine.name}: a plan whose CUDA graph capture failed cannot be "
+                                      f"enqueued either ({exc})") from exc
+                log.info("%s: the enqueue after a failed capture reported its error (%s); enqueued again",
+                         self._engine.name, exc)
 
     def run(self) -> None:
         backend = self._engine.backend
@@ -142,18 +174,21 @@ class TrtPlan(Plan):
         backend.stream.synchronize()
 
     def release(self) -> None:
+        """The graph, then this plan's own context (a shared one is the engine's to release)."""
         if self._graph is not None:
             self._graph.close()
             self._graph = None
+            self._context.release()
 
 
 class TrtEngine(Engine):
     def __init__(self, path: Path, engine, backend: TrtBackend):
         self.engine = engine
         self.backend = backend
-        self.profiles = [Profile(engine, i, backend.stream) for i in range(engine.num_optimization_profiles)]
+        self.profiles = list(range(engine.num_optimization_profiles))
+        self.shared: dict[int, Context] = {}  # per profile, for the plans that are enqueued
         self.activation_bytes = int(engine.device_memory_size_v2)
-        self.captured: list[TrtPlan] = []  # plans with a CUDA graph, destroyed in release()
+        self.captured: list[TrtPlan] = []  # plans a capture was tried for, released in release()
         inputs: list[TensorSpec] = []
         outputs: list[TensorSpec] = []
         for i in range(engine.num_io_tensors):
@@ -163,30 +198,50 @@ class TrtEngine(Engine):
             (inputs if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outputs).append(spec)
         super().__init__(path, inputs, outputs)
 
+    def context(self, index: int) -> Context:
+        """The context the enqueued plans of profile `index` share (made on first use)."""
+        if index not in self.shared:
+            self.shared[index] = Context(self, index)
+        return self.shared[index]
+
+    def contexts(self) -> list[Context]:
+        """Every live context: the shared ones, then each captured plan's own."""
+        own = [p._context for p in self.captured if p._graph is not None]
+        return [*self.shared.values(), *own]
+
+    def _admits(self, index: int, name: str, shape: tuple[int, ...]) -> bool:
+        lo, _, hi = self.engine.get_tensor_profile_shape(name, index)
+        return len(lo) == len(shape) and all(a <= d <= b for a, d, b in zip(lo, shape, hi))
+
     def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
         inputs = [(n, tuple(b.shape)) for n, b in bindings.items() if n in self.inputs]
         dynamic = [(n, s) for n, s in inputs if None in self.inputs[n].shape]  # static inputs fit every profile
-        profile = next((p for p in self.profiles if all(p.admits(self.engine, n, s) for n, s in dynamic)), None)
-        if profile is None:
+        index = next((i for i in self.profiles if all(self._admits(i, n, s) for n, s in dynamic)), None)
+        if index is None:
             shapes = ", ".join(f"{n} {list(s)}" for n, s in dynamic)
             raise EngineError(f"{self.name}: no optimization profile of the plan admits {shapes} ({REBUILD})")
         self.backend.claim_activations()
+        captured = repeated and self.backend.cuda_graphs
+        context = Context(self, index) if captured else self.context(index)
         launch = None if append is None else AppendLaunch(self.backend, append)
-        plan = TrtPlan(self, profile, inputs, [(n, device_address(b)) for n, b in bindings.items()], launch)
+        plan = TrtPlan(self, context, inputs, [(n, device_address(b)) for n, b in bindings.items()], launch)
         plan.bind()  # refused shapes or addresses fail here, at boot
-        if repeated and self.backend.cuda_graphs:
-            plan.capture()
+        if captured:
             self.captured.append(plan)
+            plan.capture()
         return plan
 
     def graphs(self) -> int:
         return sum(p._graph is not None for p in self.captured)
 
     def release(self) -> None:
+        """Every graph and context, then the engine: none may outlive the CUDA context."""
         for plan in self.captured:
             plan.release()
         self.captured.clear()
-        self.profiles.clear()
+        for context in self.shared.values():
+            context.release()
+        self.shared.clear()
         self.engine = None
 
 
@@ -212,9 +267,11 @@ class TrtBackend(CudaDevice, Backend):
         if engine is None:
             raise EngineError(f"{plan_path.name}: TensorRT could not deserialize it ({REBUILD})")
         loaded = TrtEngine(onnx_path, engine, self)
+        if self.activations is not None and loaded.activation_bytes > self.activation_size:
+            raise EngineError(f"{loaded.name}: loaded after plans were bound, it needs {loaded.activation_bytes} "
+                              f"bytes of activation memory, {self.activation_size} were claimed: load every "
+                              f"engine first")
         self.engines.append(loaded)
-        if self.activations is not None:  # plans are bound already: its contexts must fit the block
-            self._use_activations(loaded)
         return loaded
 
     def claim_activations(self) -> None:
@@ -222,15 +279,6 @@ class TrtBackend(CudaDevice, Backend):
         if self.activations is None:
             self.activation_size = max((e.activation_bytes for e in self.engines), default=0)
             self.activations = cuda.mem_alloc(max(self.activation_size, 1))
-            for engine in self.engines:
-                self._use_activations(engine)
-
-    def _use_activations(self, engine: TrtEngine) -> None:
-        if engine.activation_bytes > self.activation_size:
-            raise EngineError(f"{engine.name}: loaded after plans were bound, it needs {engine.activation_bytes} bytes "
-                              f"of activation memory, {self.activation_size} were claimed: load every engine first")
-        for p in engine.profiles:
-            p.context.set_device_memory(int(self.activations), engine.activation_bytes)
 
     def activation_bytes(self) -> int:
         return 0 if self.activations is None else self.activation_size

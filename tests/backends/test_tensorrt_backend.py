@@ -63,6 +63,13 @@ def artifact(trt, builtin_artifact, tmp_path):
     return out
 
 
+def executions(backend) -> list[list[int]]:
+    """Enqueues each engine ran per optimization profile, over all of its contexts (shared and each
+    captured graph's own)."""
+    return [[sum(c.context.executions for c in e.contexts() if c.index == i) for i in e.profiles]
+            for e in backend.engines]
+
+
 def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, backend):
     requests = [SpeechRequest(r.id, r.text, r.voice, r.language, sampling=Sampling(seed=i, cp_spec_verify_size=2),
                               dual_track=r.dual_track, max_frames=r.max_frames) for i, r in enumerate(REQUESTS)]
@@ -71,7 +78,7 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
     assert fake_trt.stack_depth() == 1
     try:
         got = Synthesizer(load_artifact(artifact), trt_backend).synthesize(requests)
-        executions = [[p.context.executions for p in e.profiles] for e in trt_backend.engines]
+        ran = executions(trt_backend)
     finally:
         trt_backend.close()
     for w, g in zip(want, got):
@@ -79,12 +86,31 @@ def test_the_tensorrt_backend_synthesizes_what_onnxruntime_does(trt, artifact, b
         assert np.abs(w.pcm - g.pcm).max() <= 1e-5, w.id  # the double runs ONNX Runtime with its own threads
     # every engine ran through the TensorRT API (the draft graph: speculative verify is on); the talker on
     # both its profiles (prefills, decode steps)
-    assert len(executions) == 4 and min(map(min, executions)) >= len(REQUESTS), executions
+    assert len(ran) == 4 and min(map(min, ran)) >= len(REQUESTS), ran
 
 
 def engine_of(plan: Path):
     """What the double built into a plan (its build facts: strongly typed, TF32, fp32 INT4 products)."""
     return fake_trt.Runtime(fake_trt.Logger()).deserialize_cuda_engine(plan.read_bytes().partition(b"\n")[2])
+
+
+def test_close_waits_for_the_stream_releases_in_order_pops_the_context_once_and_is_idempotent(trt, artifact):
+    backend = trt.TrtBackend()
+    engine = backend.load(load_artifact(artifact).file("code_predictor"))
+    buf = backend.empty((4, 8), np.float32)
+    allocation = buf.base
+    device = backend.device_empty((4, 8), np.float32)
+    device_allocation = backend.device_memory[0]
+    backend.claim_activations()
+    activations = backend.activations
+    backend.copy(device, buf)  # still pending: close() waits for it before freeing what it uses
+    backend.close()
+    assert fake_trt.stack_depth() == 0 and backend.cuda_context.detached
+    assert not engine.shared and not engine.captured and engine.engine is None and allocation.freed
+    assert not backend.buffers
+    assert device_allocation.freed and not backend.device_memory and device.nbytes == 128 and activations.freed
+    backend.close()  # idempotent: no second pop
+    assert fake_trt.stack_depth() == 0
 
 
 def test_a_stale_plan_is_refused_with_how_to_rebuild(trt, artifact, monkeypatch):
@@ -327,22 +353,24 @@ def test_the_cuda_double_keeps_cudas_promises(trt):
 def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
     """execute_async_v3 runs only with every shape and address set, a current context and activation
     memory (USER_MANAGED has none until set_device_memory, which takes aligned device memory of at
-    least the engine's size); the legacy stream 0 is a stream; a profile chosen by a live context is
-    refused to another until that one is gone; outputs are garbage until the stream syncs."""
-    import gc
-
+    least the engine's size); the legacy stream 0 is a stream; a USER_MANAGED context chooses a
+    profile only once it has device memory, and two live contexts may choose the same one (profile
+    sharing, TensorRT 10); outputs are garbage until the stream syncs."""
     engine = engine_of(load_artifact(artifact).file("talker").with_suffix(".plan"))
     user = fake_trt.ExecutionContextAllocationStrategy.USER_MANAGED
-    first, second = engine.create_execution_context(user), engine.create_execution_context(user)
-    assert first.set_optimization_profile_async(1, 0)
-    with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
-        second.set_optimization_profile_async(1, 0)  # "Profile 1 has been chosen by another IExecutionContext"
-    del first
-    gc.collect()
-    assert second.set_optimization_profile_async(1, 0)
-    ctx = engine.create_execution_context(user)  # profile 0: one prefill row over the one-slot cache
     fake_cuda.Context().push()
     try:
+        memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
+        first, second = engine.create_execution_context(user), engine.create_execution_context(user)
+        with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
+            first.set_optimization_profile_async(1, 0)  # the switch's copy into its memory has nowhere to go
+        for context in (first, second):
+            context.set_device_memory(int(memory), engine.device_memory_size_v2)
+            assert context.set_optimization_profile_async(1, 0)
+        fake_cuda.stream_of(0).synchronize()
+        assert first.device_profile == second.device_profile == 1
+        del first, second
+        ctx = engine.create_execution_context(user)  # profile 0: one prefill row over the one-slot cache
         buffers = {}
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
@@ -356,7 +384,6 @@ def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
         assert not ctx.execute_async_v3(0)  # no activation memory yet
         with pytest.raises(RuntimeError, match="256-byte aligned device memory of at least"):
             ctx.set_device_memory(buffers["noise"].base.get_device_pointer(), engine.device_memory_size_v2)
-        memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
         with pytest.raises(RuntimeError, match="at least"):
             ctx.set_device_memory(int(memory), engine.device_memory_size_v2 - 256)
         ctx.set_device_memory(int(memory), engine.device_memory_size_v2)
@@ -509,14 +536,14 @@ def test_validate_jetson_offers_no_int8_twin(tmp_path):
 
 
 def test_one_activation_block_serves_every_context(trt, artifact):
-    """Every execution context is USER_MANAGED on one block of device memory, the largest engine's
-    size, instead of a kSTATIC block of its own each (the talker's two, the code predictor's, its
-    draft's and the vocoder's)."""
+    """Every execution context (one per profile for the enqueued plans, one per captured graph) is
+    USER_MANAGED on one block of device memory, the largest engine's size, instead of a kSTATIC block
+    of its own each."""
     backend = trt.TrtBackend()
     try:
         Synthesizer(load_artifact(artifact), backend)
-        contexts = [p.context for e in backend.engines for p in e.profiles]
-        assert len(contexts) == 5 and all(c.own_memory is None for c in contexts)
+        contexts = [c.context for e in backend.engines for c in e.contexts()]
+        assert len(contexts) > backend.graphs() > 0 and all(c.own_memory is None for c in contexts)
         assert {c.memory for c in contexts} == {int(backend.activations)}
         assert backend.activation_bytes() == max(e.engine.device_memory_size_v2 for e in backend.engines) > 0
         static = sum(e.engine.device_memory_size_v2 * len(e.profiles) for e in backend.engines)
@@ -635,7 +662,8 @@ def test_validate_jetson_rows_through_the_doubles(trt, artifact):
     validate_jetson.boot_time("serving qwen3_tts on ipc:///x (artifact a, max_batch 4, 672 CUDA graphs, boot 95.0 s)",
                               summary)
     rows = {check: (verdict, detail) for check, verdict, detail in summary.rows[:4]}
-    assert rows["CUDA graphs"][0] == "PASS" and rows["CUDA graphs"][1].startswith("frames equal: True; per frame")
+    assert rows["CUDA graphs"][0] == "PASS" and rows["CUDA graphs"][1].startswith(
+        "frames equal: True; after other plans re-bound the contexts: True; per frame")
     assert rows["activation memory"][0] == "PASS" and "for 5 contexts (kSTATIC" in rows["activation memory"][1]
     a = load_artifact(artifact)
     assert rows["launches per step"] == ("PASS", f"{a.dims.code_groups:.1f} at batch 4 ({a.dims.code_groups} plans; "
@@ -725,3 +753,252 @@ def test_a_daemon_on_tensorrt_8_6_fails_its_boot_with_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     complaints = [line for line in done.stderr.splitlines() if "ERROR" in line or "Traceback" in line]
     assert len(complaints) == 1 and complaints[0].endswith(f"edged: boot failed: {JETPACK_6_0}"), done.stderr
+
+
+def test_each_captured_graph_has_its_own_context_and_replays_right_after_other_plans_rebind(trt, artifact, backend):
+    """A captured plan runs on an execution context of its own, bound once: the plans that are enqueued
+    (prefills, and the code predictor's passes of a verify window the boot did not capture) share one
+    context per profile and re-bind it between replays, which would change the internal state a graph
+    captured on it replays with (the double's replay reads the context as it is then, as the device
+    does). Frames equal ONNX Runtime's, and no captured graph's context changed after the boot."""
+    requests = [SpeechRequest(r.id, r.text, r.voice, r.language, sampling=Sampling(seed=i, cp_spec_verify_size=2),
+                              max_frames=r.max_frames) for i, r in enumerate(REQUESTS[:3])]
+    want = Synthesizer(load_artifact(artifact), backend).synthesize(requests)
+    trt_backend = trt.TrtBackend()
+    try:
+        synth = Synthesizer(load_artifact(artifact), trt_backend)
+        engines = trt_backend.engines
+        own = [c for e in engines for c in e.contexts() if c not in e.shared.values()]
+        state = [c.context._state() for c in own]
+        got = synth.synthesize(requests)  # garbage codes (an IndexError or other frames) on shared contexts
+        for w, g in zip(want, got):
+            assert np.array_equal(w.frames, g.frames), w.id
+        assert len(own) == trt_backend.graphs() > 0 and len({id(c.context) for c in own}) == len(own)
+        assert all(p._context not in e.shared.values() for e in engines for p in e.captured)
+        assert [c.context._state() for c in own] == state
+        verify = synth.core.talker.verify_plans[0][1, 2]  # a pass of 2 rows: on the shared context, and run
+        assert verify._graph is None and verify._context in verify._engine.shared.values()
+        assert verify._context.context.executions > 0
+    finally:
+        trt_backend.close()
+
+
+def test_a_replayed_graph_reads_its_context_as_it_is_at_the_replay(trt, artifact):
+    """The double: a graph captured on a context whose shapes or addresses are set anew before the
+    replay writes garbage (0xFF bytes, NaN) where its outputs go, as the device would silently."""
+    from edged.backends.cuda_graph import Graph
+
+    engine, ctx, buffers, stream = _bound_context(artifact, "code_predictor")
+    try:
+        ctx.execute_async_v3(stream.handle)
+        stream.synchronize()
+        want = buffers["hidden"].copy()
+        graph = Graph(stream.handle, lambda: ctx.execute_async_v3(stream.handle))
+        graph.launch()
+        stream.synchronize()
+        assert np.array_equal(buffers["hidden"], want)
+        other = fake_cuda.pagelocked_zeros(buffers["hidden"].shape, np.float32, mem_flags=2)
+        ctx.set_tensor_address("hidden", other.base.get_device_pointer())  # another plan binds the context
+        ctx.set_tensor_address("hidden", buffers["hidden"].base.get_device_pointer())
+        graph.launch()
+        stream.synchronize()
+        assert np.array_equal(buffers["hidden"], want)  # the same state again: the same work
+        ctx.set_tensor_address("hidden", other.base.get_device_pointer())
+        graph.launch()
+        stream.synchronize()
+        assert np.isnan(buffers["hidden"]).all()
+        graph.close()
+    finally:
+        fake_cuda.Context.pop()
+
+
+def _bound_context(artifact: Path, graph: str, profile: int = 0, switch=None):
+    """A USER_MANAGED context of `graph`'s plan with every tensor bound to mapped pinned buffers (at
+    the profile's smallest shapes), its memory set and `profile` chosen on `switch` (else on the
+    stream it returns), under a pushed CUDA context (the caller pops it)."""
+    engine = engine_of(artifact / f"{graph}.plan")
+    fake_cuda.Context().push()
+    stream = fake_cuda.Stream()
+    ctx = engine.create_execution_context(fake_trt.ExecutionContextAllocationStrategy.USER_MANAGED)
+    memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
+    ctx.set_device_memory(int(memory), engine.device_memory_size_v2)
+    ctx.memory_allocation = memory  # kept alive with the context
+    assert ctx.set_optimization_profile_async(profile, (switch or stream).handle)
+    buffers = {}
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        lo = engine.get_tensor_profile_shape(name, profile)[0] if engine.get_tensor_mode(name) is \
+            fake_trt.TensorIOMode.INPUT else engine.get_tensor_shape(name)
+        shape = [1 if d < 0 else d for d in lo]
+        buffers[name] = fake_cuda.pagelocked_zeros(shape, fake_trt.nptype(engine.get_tensor_dtype(name)), mem_flags=2)
+        buffers[name][...] = 1 if buffers[name].dtype.kind == "f" else 0
+        assert ctx.set_tensor_address(name, buffers[name].base.get_device_pointer())
+        if engine.get_tensor_mode(name) is fake_trt.TensorIOMode.INPUT:
+            assert ctx.set_input_shape(name, shape)
+    return engine, ctx, buffers, stream
+
+
+def test_a_capture_follows_its_warm_up_after_a_synchronize(trt, artifact, caplog):
+    """trtexec (sampleInference.cpp, v10.3) and Edge-LLM synchronize between the warm-up enqueue and the
+    capture. The double refuses to capture a context whose warm-up has not completed; the backend
+    synchronizes, so every plan the boot tries gets its graph, with no warning."""
+    libcuda = sys.modules["edged.backends.cuda_graph"].driver()
+    engine, ctx, buffers, stream = _bound_context(artifact, "code_predictor")
+    try:
+        handle, graph = ctypes.c_void_p(stream.handle), ctypes.c_void_p()
+        assert ctx.execute_async_v3(stream.handle)  # the warm-up, still on the stream
+        for synchronized in (False, True):
+            if synchronized:
+                stream.synchronize()
+            assert libcuda.cuStreamBeginCapture_v2(handle, 1) == 0
+            assert ctx.execute_async_v3(stream.handle) == synchronized
+            assert libcuda.cuStreamEndCapture(handle, ctypes.byref(graph)) == 0
+            assert libcuda.cuGraphDestroy(graph) == 0
+    finally:
+        del ctx
+        fake_cuda.Context.pop()
+    backend = trt.TrtBackend()
+    try:
+        with caplog.at_level("WARNING"):
+            Synthesizer(load_artifact(artifact), backend)
+        assert backend.graphs() == sum(len(e.captured) for e in backend.engines) > 0
+        assert "no CUDA graph" not in caplog.text
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("cudart", ["not TensorRT's", "missing"])
+def test_a_failed_capture_falls_back_whatever_libcudart_the_process_has(trt, artifact, backend, caplog, monkeypatch,
+                                                                        cudart):
+    """TensorRT links its CUDA runtime statically, so clearing the process's libcudart error after a
+    failed capture (trtexec's endCaptureOnError) leaves TensorRT's set, and its next call reports it
+    (and so clears it); a process may have no libcudart.so.12 to load at all. Either way the boot
+    goes on: the plan is enqueued once more on its profile's shared context, retried once, then per
+    run, and the synthesis is ONNX Runtime's."""
+    from edged.backends import cuda_graph
+
+    if cudart == "missing":
+        def missing():
+            raise OSError("libcudart.so.12: cannot open shared object file: No such file or directory")
+        monkeypatch.setattr(cuda_graph, "runtime", missing)
+    request = [SpeechRequest("f", "No vocoder graphs.", sampling=Sampling.greedy(), max_frames=10)]
+    want = Synthesizer(load_artifact(artifact), backend).synthesize(request)[0]
+    fake_trt.CAPTURE_UNSAFE.add("vocoder.onnx")
+    trt_backend = trt.TrtBackend()
+    try:
+        with caplog.at_level("INFO"):
+            synth = Synthesizer(load_artifact(artifact), trt_backend)
+            got = synth.synthesize(request)[0]
+        vocoder = trt_backend.engines[-1]
+        assert vocoder.name == "vocoder.onnx" and vocoder.graphs() == 0 < len(vocoder.captured)
+        assert all(p._context is vocoder.shared[0] for p in vocoder.captured) and trt_backend.graphs() > 0
+        assert fake_trt.RUNTIME.peek() == 0
+    finally:
+        trt_backend.close()
+    assert np.array_equal(want.frames, got.frames) and np.abs(want.pcm - got.pcm).max() <= 1e-5
+    assert "the enqueue after a failed capture reported its error" in caplog.text
+    if cudart == "missing":
+        assert "libcudart not loaded to clear a failed capture's error (libcudart.so.12: cannot open" in caplog.text
+
+
+def test_a_profile_switch_takes_effect_in_stream_order(trt, artifact):
+    """setOptimizationProfileAsync copies into the context's memory on the stream it is given, and the
+    profile is the device's once that stream reaches the copy: an enqueue on another stream before
+    then would race it (refused by the double). The backend gives each context its memory first,
+    then its profile, on its one stream."""
+    other = None
+    try:
+        fake_cuda.Context().push()
+        other = fake_cuda.Stream()
+        fake_cuda.Context.pop()
+        engine, ctx, buffers, stream = _bound_context(artifact, "talker", profile=1, switch=other)
+        with pytest.raises(fake_cuda.LogicError, match="activation memory shared by contexts running in parallel"):
+            ctx.execute_async_v3(stream.handle)  # the switch, still on `other`, and this would race
+        other.synchronize()
+        assert ctx.execute_async_v3(stream.handle)
+        stream.synchronize()
+        assert np.isfinite(buffers["hidden"]).all()
+        del ctx
+    finally:
+        fake_cuda.Context.pop()
+    backend = trt.TrtBackend()
+    try:
+        Synthesizer(load_artifact(artifact), backend)
+        contexts = [c for e in backend.engines for c in e.contexts()]
+        assert {c.context.memory for c in contexts} == {int(backend.activations)}
+        assert all(c.context.device_profile == c.index for c in contexts)  # before any sync of another stream
+    finally:
+        backend.close()
+
+
+def test_close_releases_every_context_and_engine_before_the_context_is_popped(trt, artifact, monkeypatch):
+    """TensorRT's objects free CUDA memory when they are destroyed, which needs the CUDA context:
+    `close()` drops every graph, context and engine before it pops it, though the plans (and the
+    synthesizer holding them) live on."""
+    import gc
+
+    alive_at_pop = []
+    pop = fake_cuda.Context.pop
+
+    def counting_pop() -> None:
+        gc.collect()
+        alive_at_pop.append(sorted(type(x).__name__ for x in fake_trt.LIVE))
+        pop()
+
+    fake_trt.LIVE.clear()
+    backend = trt.TrtBackend()
+    try:
+        synth = Synthesizer(load_artifact(artifact), backend)
+        synth.synthesize([SpeechRequest("p", "Popped last.", sampling=Sampling.greedy(), max_frames=6)])
+        assert len(fake_trt.LIVE) > len(backend.engines)
+    finally:
+        monkeypatch.setattr(fake_cuda.Context, "pop", staticmethod(counting_pop))
+        backend.close()
+    assert alive_at_pop == [[]] and synth.core.talker.decode_plans[0]
+
+
+def test_fresh_device_memory_is_garbage_until_written(trt):
+    """cuMemAlloc does not clear what it returns (the double fills it with 0xFF bytes: NaN, -1);
+    `device_empty` zeroes its buffers, so a cache read before it is written reads zeros."""
+    backend = trt.TrtBackend()
+    try:
+        raw = fake_cuda.mem_alloc(256)
+        seen = backend.empty((64,), np.float32)
+        fake_cuda.memcpy_dtod_async(int(seen.base.get_device_pointer()), int(raw), 256, backend.stream)
+        backend.sync()
+        assert np.isnan(seen).all()
+        fresh = backend.device_empty((3, 5), np.int64)
+        seen = backend.empty((3, 5), np.int64)
+        backend.copy(seen, fresh)
+        backend.sync()
+        assert not seen.any()
+        raw.free()
+    finally:
+        backend.close()
+
+
+def test_the_cuda_doubles_kernels_run_their_blocks_in_any_order(trt):
+    """CUDA runs a grid's blocks in no set order ("It must be possible to execute them in any order",
+    Programming Guide, Thread Hierarchy); the double shuffles them on every launch, so a kernel that
+    counted on block order would fail here."""
+    source = ('extern "C" __global__ void record_order(long long* log) {\n'
+              '    long long i = log[0]++;\n    log[1 + i] = blockIdx.x + gridDim.x * blockIdx.y;\n}\n')
+    context = fake_cuda.Context()
+    context.push()
+    try:
+        kernel = fake_cuda.module_from_buffer(fake_cuda.compile(source)).get_function("record_order").prepare("P")
+        stream = fake_cuda.Stream()
+        log = fake_cuda.mem_alloc(8 * 33)
+        seen = fake_cuda.pagelocked_zeros((33,), np.int64, mem_flags=2)
+        orders = []
+        for _ in range(2):
+            fake_cuda.memset_d8(int(log), 0, 8 * 33)
+            kernel.prepared_async_call((8, 4), (1, 1, 1), stream, int(log))
+            fake_cuda.memcpy_dtod_async(seen.base.get_device_pointer(), int(log), 8 * 33, stream)
+            stream.synchronize()
+            orders.append(seen[1:].tolist())
+        assert all(sorted(o) == list(range(32)) for o in orders) and seen[0] == 32
+        assert orders[0] != list(range(32)) and orders[0] != orders[1]
+        log.free()
+    finally:
+        fake_cuda.Context.pop()

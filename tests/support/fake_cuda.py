@@ -11,7 +11,9 @@ way the real part breaks where the backend could get them wrong:
   byte it will write reads as 0xFF (NaN / -1): a host that reads a result before synchronizing sees
   garbage, as it may on the device.
 - Device memory (`mem_alloc`) is mapped PROT_NONE: a host read or write of it crashes, as it would on
-  the device; only device work reaches it. Page-locked memory (`pagelocked_zeros`) is its own mapping,
+  the device; only device work reaches it. It comes filled with 0xFF bytes (NaN, -1): cuMemAlloc
+  "The memory is not cleared", and a reused allocation holds what was there, so a buffer read before
+  it is written reads garbage. Page-locked memory (`pagelocked_zeros`) is its own mapping,
   page-aligned; `get_device_pointer()` needs DEVICEMAP (cuMemHostGetDevicePointer: "the memory must
   have been allocated with CU_MEMHOSTALLOC_DEVICEMAP", else CUDA_ERROR_INVALID_VALUE) and is distinct
   from the host address; `free()` unmaps it (cuMemFreeHost), so a later touch crashes too.
@@ -36,12 +38,15 @@ way the real part breaks where the backend could get them wrong:
   blocking stream"); loading a module returns success and invalidates the capture silently; creating
   a stream is allowed. pycuda raises all of them as LogicError. A graph is replayed by
   `cuGraphLaunch`; live graphs and executable graphs are counted, so a leak shows.
-- libcudart keeps a per-thread last error that a failed capture leaves set (TensorRT's runtime calls
-  report it); `cudaGetLastError()` returns and clears it (trtexec's endCaptureOnError does exactly
-  that, samples/common/sampleDevice.h at v10.3.0).
+- libcudart keeps a per-thread last error; `cudaGetLastError()` returns and clears it (trtexec's
+  endCaptureOnError calls it, samples/common/sampleDevice.h at v10.3.0). `RUNTIME` is the process's
+  libcudart; TensorRT links its own statically (fake_trt.RUNTIME, another `CudaRuntime`), so a
+  failed capture inside TensorRT leaves its error there, and clearing this one does not clear it.
 - Kernels: `pycuda.compiler.compile` keeps the CUDA C source; `module_from_buffer` compiles it for
   this CPU with the host C++ compiler (blockIdx/threadIdx/blockDim/gridDim as globals, every block
-  and thread run in turn), so a kernel's own indexing runs here. Pointer arguments are translated from
+  and thread run in turn), so a kernel's own indexing runs here. The blocks run in a shuffled order
+  on every launch (Programming Guide, "Thread Hierarchy": blocks "must" be able to run "in any
+  order"), so a kernel that counts on block order fails here. Pointer arguments are translated from
   device to host addresses; pointers a kernel reads from memory must be `mem_alloc` memory, whose
   device and host addresses are the same.
 """
@@ -145,6 +150,11 @@ class Region:
             raise MemoryError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY")
         self.device, self.pitch, self.freed = device, pitch, False
         self.address = self.ptr if device else self.ptr + DEVICE_OFFSET  # where device work sees it
+        if device:  # cuMemAlloc: "The memory is not cleared"; here it holds NaN-like bytes until written
+            _libc.mprotect(self.ptr, self.size, PROT_READ_WRITE)
+            ctypes.memset(self.ptr, POISON, self.size)
+            if _access_depth[0] == 0:
+                _libc.mprotect(self.ptr, self.size, PROT_NONE)
         _regions.append(self)
 
     def host(self) -> np.ndarray:
@@ -467,6 +477,9 @@ static uint3 threadIdx, blockIdx, blockDim, gridDim;
 """
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 _BUILT: dict[str, ctypes.CDLL] = {}
+BLOCK_ORDER = np.random.default_rng(87)
+"""Shuffles each launch's blocks (CUDA Programming Guide, "Thread Hierarchy": "Thread blocks are
+required to execute independently: It must be possible to execute them in any order")."""
 
 
 def compile(source: str, arch: str | None = None, options=None, **_) -> bytes:
@@ -485,8 +498,8 @@ def module_from_buffer(data: bytes, options=None) -> Module:
 
 
 class Module:
-    """The CUDA source compiled for this CPU: each kernel behind a launcher that runs every block and
-    thread in turn."""
+    """The CUDA source compiled for this CPU: each kernel behind a launcher that runs every block, in
+    the order it is given, and every thread of it in turn."""
 
     def __init__(self, source: str) -> None:
         kernels = {name: _params(params) for name, params in _KERNEL.findall(source)}
@@ -514,12 +527,15 @@ def _params(text: str) -> list[str]:
 def _launcher(name: str, types: list[str]) -> str:
     args = ", ".join(f"*({t}*)p[{i}]" for i, t in enumerate(types))
     return f"""
-extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void** p) {{
+extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, void** p,
+                              const unsigned* block_order_) {{
     gridDim = uint3{{gx, gy, gz}}; blockDim = uint3{{bx, by, bz}};
-    for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x)
-    for (unsigned tz = 0; tz < bz; ++tz) for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {{
-        blockIdx = uint3{{x, y, z}}; threadIdx = uint3{{tx, ty, tz}};
-        {name}({args});
+    for (unsigned long i = 0; i < (unsigned long)gx * gy * gz; ++i) {{
+        unsigned b = block_order_[i], x = b % gx, y = b / gx % gy, z = b / gx / gy;
+        for (unsigned tz = 0; tz < bz; ++tz) for (unsigned ty = 0; ty < by; ++ty) for (unsigned tx = 0; tx < bx; ++tx) {{
+            blockIdx = uint3{{x, y, z}}; threadIdx = uint3{{tx, ty, tz}};
+            {name}({args});
+        }}
     }}
 }}
 """
@@ -554,7 +570,8 @@ class Function:
 
         def run() -> None:
             params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
-            launch(*map(ctypes.c_uint, (*grid3, *block)), params)
+            order = np.ascontiguousarray(BLOCK_ORDER.permutation(grid3[0] * grid3[1] * grid3[2]), np.uint32)
+            launch(*map(ctypes.c_uint, (*grid3, *block)), params, order.ctypes.data_as(ctypes.c_void_p))
             self.launches += 1
         pointers = [(int(a), 1) for f, a in zip(self.arg_format, args) if f == "P" and int(a)]
         _on(stream, "cuLaunchKernel").enqueue(Work(run, [], f"cuLaunchKernel({self.name})", pointers))

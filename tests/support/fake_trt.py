@@ -12,27 +12,46 @@ Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
   at once: setDeviceMemoryV2, "undefined behavior"). The sizes are what the builder recorded
   (fake_trt_build.py's stand-in), not TensorRT's;
 - a new context runs profile 0; `set_optimization_profile_async` raises RuntimeError (the Python
-  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range or a profile another live context has
-  chosen ("Profile N has been chosen by another IExecutionContext");
+  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range, and for a USER_MANAGED context with
+  no device memory yet (the switch may enqueue a cudaMemcpyAsync into the context's memory: Edge-LLM
+  sets the memory first). Several live contexts may choose the same profile: profile sharing
+  (PreviewFeature kPROFILE_SHARING_0806) is on by default since TensorRT 10.0 (trtexec's
+  sampleOptions.cpp in 10.x: "profileSharing0806 is on by default in TensorRT 10.0. This flag is
+  deprecated and has no effect"); "each optimization profile can only have one execution context" is
+  TensorRT 8's rule, without that feature. The switch is stream-ordered: the host's calls see the new
+  profile at once, the device's work once the stream has reached the switch (work on another stream
+  that shares the memory meanwhile is refused, below);
 - `set_input_shape` returns False for a shape outside the profile or off a static dim;
   `set_tensor_address` returns False for an address that is not 256-byte aligned; `infer_shapes()`
   lists inputs without a shape; `execute_async_v3` returns False unless every input has a shape and
   every tensor an address, a CUDA context is current and the activations are set, and reports (and
-  clears) a CUDA runtime error a failed capture left;
+  clears) the error a failed capture left in TensorRT's own CUDA runtime (`RUNTIME`: libnvinfer links
+  cudart statically, so the process's libcudart, fake_cuda.RUNTIME, holds another last error, and
+  clearing that one leaves TensorRT's set);
 - `execute_async_v3` is asynchronous: the ONNX graph the engine was built from runs on ONNX Runtime
   when the stream does, reading and writing the bound buffers through their device addresses, so
   results can be compared with the ONNX Runtime backend's; outputs read before the stream syncs are
   garbage (fake_cuda.py); releasing bound memory first is refused (enqueueV3: "Modifying or
   releasing memory that has been registered for the tensors before stream synchronization ...
   results in undefined behavior");
-- under capture, an enqueue is recorded only after an ordinary enqueue with the same bindings
-  (trtexec: "Avoid capturing initialization calls by executing the enqueue function at least once
-  before starting CUDA graph capture"); an engine in CAPTURE_UNSAFE ("The built TRT engine may
-  contain operations that are not permitted under CUDA graph capture mode", sampleInference.cpp)
-  invalidates the capture, leaves the runtime error set and returns False.
+- under capture, an enqueue is recorded only after an ordinary enqueue with the same profile,
+  memory, shapes and addresses has completed (trtexec: "Avoid capturing initialization calls by
+  executing the enqueue function at least once before starting CUDA graph capture", and it
+  synchronizes the stream before capturing, sampleInference.cpp at v10.3, as Edge-LLM does); an
+  engine in CAPTURE_UNSAFE ("The built TRT engine may contain operations that are not permitted under
+  CUDA graph capture mode", sampleInference.cpp) invalidates the capture, leaves TensorRT's runtime
+  error set and returns False;
+- a replayed graph runs on the context as it is at the replay: if its profile, memory, shapes or
+  addresses changed since the capture, its outputs are garbage (0xFF bytes), as the device's would
+  silently be (TensorRT developer guide, "CUDA Graphs": changing shapes on a context changes its
+  internal state, so a graph captured on it must be captured again; one context per captured graph,
+  NVIDIA/TensorRT#3798). Setting the same values again is no change;
+- every engine and context is in `LIVE` until it is destroyed, so a test can check that none
+  outlives the CUDA context it was made in (their destructors free CUDA memory).
 
 `install(monkeypatch)` puts `tensorrt`, `pycuda`, `pycuda.driver` and `pycuda.compiler` in
-`sys.modules` and the doubles in place of libcuda and libcudart.
+`sys.modules` and the doubles in place of libcuda and the process's libcudart, with fresh last-error
+stores for it and for TensorRT.
 """
 
 from __future__ import annotations
@@ -53,6 +72,11 @@ CAPTURE_UNSAFE: set[str] = set()
 """ONNX file names whose engines cannot be captured."""
 LOGGERS: list[Logger] = []
 MAGIC = b"FAKETRT1"
+RUNTIME = cuda.CudaRuntime()
+"""TensorRT's own CUDA runtime: libnvinfer links cudart statically, so its last error is not the one
+the process's libcudart (fake_cuda.RUNTIME) holds or clears."""
+LIVE: weakref.WeakSet = weakref.WeakSet()
+"""Every engine and execution context not yet destroyed (a test checks none outlives the CUDA context)."""
 
 
 class DataType(enum.Enum):
@@ -142,7 +166,7 @@ class ICudaEngine:
         self.strongly_typed = spec["strongly_typed"]
         self.io = [(i, TensorIOMode.INPUT) for i in self.session.get_inputs()] + \
                   [(o, TensorIOMode.OUTPUT) for o in self.session.get_outputs()]
-        self.chosen: dict[int, weakref.ref] = {}  # profile -> the live context that chose it
+        LIVE.add(self)
 
     @property
     def num_io_tensors(self) -> int:
@@ -194,7 +218,9 @@ class IExecutionContext:
         self.addresses: dict[str, int] = {}
         self.executions = 0
         self.profile = 0  # "The newly created execution context will be assigned optimization profile 0."
-        self.warm: tuple | None = None  # the bindings of the last ordinary enqueue
+        self.device_profile = 0  # the profile the context's work runs with, once the stream reached the switch
+        self.warmed: tuple | None = None  # the state of the last ordinary enqueue that completed
+        LIVE.add(self)
         self.own_memory = cuda.mem_alloc(engine.device_memory_size_v2) \
             if strategy is ExecutionContextAllocationStrategy.STATIC else None
         self.memory: int | None = None if self.own_memory is None else int(self.own_memory)
@@ -202,12 +228,17 @@ class IExecutionContext:
             weakref.finalize(self, self.own_memory.free)
 
     def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
-        holder = self.engine.chosen.get(profile_index)
-        if not 0 <= profile_index < len(self.engine.profiles) or (holder is not None and holder() not in (None, self)):
+        stream = cuda.stream_of(stream_handle)
+        if not 0 <= profile_index < len(self.engine.profiles) or self.memory is None or stream is None:
             raise RuntimeError("Error in set optimization profile async.")  # PY_ASSERT_RUNTIME_ERROR
-        self.engine.chosen[profile_index] = weakref.ref(self)
         self.profile = profile_index
         self.shapes.clear()
+
+        def switch() -> None:  # the switch's copy into the context's memory, in stream order
+            self.device_profile = profile_index
+        work = cuda.Work(switch, [], "setOptimizationProfileAsync", touches=[(self.memory, 1)])
+        work.activations = self.memory
+        stream.enqueue(work)
         return True
 
     def set_device_memory(self, memory: int, size: int) -> None:
@@ -247,42 +278,54 @@ class IExecutionContext:
 
     def execute_async_v3(self, stream_handle: int) -> bool:
         stream = cuda.stream_of(stream_handle)
-        if cuda.RUNTIME.cudaGetLastError():  # TensorRT reports the error a failed capture left
+        if RUNTIME.cudaGetLastError():  # TensorRT reports (and so clears) the error its own runtime holds
             return False
         if stream is None or cuda.current() is None or self.memory is None or self.infer_shapes() or \
                 len(self.addresses) < len(self.engine.io):
             return False
-        bound = (tuple(sorted(self.shapes.items())), tuple(sorted(self.addresses.items())))
-        if stream.captured is not None:
-            if self.warm != bound:
-                return False  # enqueue once, outside capture, before capturing these bindings
+        bound = self._state()
+        captured = stream.captured is not None
+        if captured:
+            if self.warmed != bound:
+                return False  # an ordinary enqueue of these bindings first, completed (the stream synchronized)
             if self.engine.onnx.rsplit("/", 1)[-1] in CAPTURE_UNSAFE:
                 stream.invalidated = True
-                cuda.RUNTIME.fail(cuda.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+                RUNTIME.fail(cuda.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
                 return False
-        else:
-            self.warm = bound
         for other in cuda._streams.values():
             if other is not stream and any(w.activations == self.memory for w in other.pending):
                 raise cuda.LogicError("activation memory shared by contexts running in parallel")
-        shapes, addresses = dict(self.shapes), dict(self.addresses)
+        shapes, addresses, profile = dict(self.shapes), dict(self.addresses), self.profile
         outputs = [node for node, mode in self.engine.io if mode is TensorIOMode.OUTPUT]
 
         def run() -> None:
+            # a replayed graph runs on what the context is now: another profile on the device, or other
+            # shapes, addresses or memory set since the capture, and its outputs are garbage
+            garbage = self.device_profile != profile or (captured and self._state() != bound)
             feeds = {}
             for node, mode in self.engine.io:
                 if mode is TensorIOMode.INPUT:
                     dtype = np.dtype(nptype(ORT_TYPES[node.type]))
                     feeds[node.name] = cuda.device_view(addresses[node.name], shapes[node.name], dtype).copy()
             for node, value in zip(outputs, self.engine.session.run(None, feeds)):
-                cuda.device_view(addresses[node.name], value.shape, value.dtype)[...] = value
+                out = cuda.device_view(addresses[node.name], value.shape, value.dtype)
+                if garbage:
+                    out.view(np.uint8)[...] = cuda.POISON
+                else:
+                    out[...] = value
             self.executions += 1
+            if not captured:
+                self.warmed = bound
 
         writes = [_rest_of_allocation(addresses[node.name]) for node in outputs]  # output sizes are TensorRT's to know
         work = cuda.Work(run, writes, "enqueueV3", touches=[(a, 1) for a in addresses.values()] + [(self.memory, 1)])
         work.activations = self.memory
         stream.enqueue(work)
         return True
+
+    def _state(self) -> tuple:
+        """What an enqueue runs with: the profile, the activations, every shape and address."""
+        return self.profile, self.memory, tuple(sorted(self.shapes.items())), tuple(sorted(self.addresses.items()))
 
 
 def _rest_of_allocation(address: int) -> tuple[int, int]:
@@ -323,10 +366,11 @@ def install(monkeypatch) -> types.SimpleNamespace:
 
     libcuda = cuda.Driver()
     cuda.RUNTIME = cuda.CudaRuntime()
+    monkeypatch.setattr(this, "RUNTIME", cuda.CudaRuntime())
     monkeypatch.setattr(cuda_graph, "driver", lambda: libcuda)
     monkeypatch.setattr(cuda_graph, "runtime", lambda: cuda.RUNTIME)
     CAPTURE_UNSAFE.clear()
-    return types.SimpleNamespace(trt=trt, driver=driver, libcuda=libcuda, runtime=cuda.RUNTIME)
+    return types.SimpleNamespace(trt=trt, driver=driver, libcuda=libcuda, runtime=cuda.RUNTIME, trt_runtime=RUNTIME)
 
 
 stack_depth = cuda.stack_depth

@@ -39,7 +39,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from engines.experts import gathered_stacks
-from engines.onnx_data import read_initializer, save_streamed
+from engines.onnx_data import read_initializer, rewrite_file, save_streamed
 
 NETWORK_GRAPHS = ("talker", "code_predictor", "code_predictor_draft", "vocoder")
 """The graphs that become fp16 networks; the others (the clone encoders) stay fp32."""
@@ -220,8 +220,8 @@ def convert_artifact(src: Path, out: Path) -> dict[str, dict[str, int]]:
     for role, graph in artifact.graphs.items():
         if role in NETWORK_GRAPHS:
             stats[role] = convert_file(artifact.file(role), out / graph.file)
-        elif (out / graph.file).resolve() != artifact.file(role).resolve():
-            _copy_graph(artifact.file(role), out / graph.file)
+        else:  # written as every graph is (engines/onnx_data.py), unchanged
+            rewrite_file(artifact.file(role), out / graph.file, lambda model, data_dir: {})
     for name in artifact.files.values():
         if (out / name).resolve() != (src / name).resolve():
             shutil.copy(src / name, out / name)
@@ -229,9 +229,3 @@ def convert_artifact(src: Path, out: Path) -> dict[str, dict[str, int]]:
     (out / "artifact.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return stats
 
-
-def _copy_graph(path: Path, out: Path) -> None:
-    shutil.copy(path, out)
-    data = path.with_name(path.name + ".data")
-    if data.exists():
-        shutil.copy(data, out.with_name(data.name))

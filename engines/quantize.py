@@ -38,8 +38,7 @@ from engines.experts import gathered_stacks, quantize_stacks
 from engines.fp16 import convert_artifact
 from engines.onnx_data import read_initializer, rewrite_file, set_nodes
 from engines.vocoder_int8 import quantize_vocoder
-from engines.weight_form import (CPU_BLOCKS, FormError, WeightForm, cpu_block, dequantize, form, quantize_block,
-                                 vocoder_form)
+from engines.weight_form import CPU_BLOCKS, FormError, WeightForm, cpu_block, dequantize, form, quantize_block, vocoder_form
 
 __all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model",
            "set_nodes"]

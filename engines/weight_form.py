@@ -8,11 +8,12 @@ block_size)` before a MatMul. What the form must be depends on the backend that 
   INT8 or INT4, fp32 scales and any power-of-two block of at least 16 rows.
 - `jetson` (TensorRT 10.3): INT4 only, in blocks of 64 or 128 rows, and fp16 scales, in an fp16
   network (engines/fp16.py: fp16 activations and KV cache), so the DequantizeLinear's fp16 output
-  feeds the fp16 product directly, with no cast. NvInfer.h (v10.3.0, IDequantizeLayer): "Block dequantization is supported only for 2-D
-  input tensors with DataType::kINT4 that are rooted at an IConstantLayer", and "For strongly typed
-  networks, output data type is inferred from scale data type": fp32 scales would make every product
-  an fp32 (TF32) GEMM, fp16 scales an INT4-weight fp16 one, which is what the activation's cast to
-  fp16 feeds (NVIDIA's Model-Optimizer INT4 flow casts its scales to the model's type the same way).
+  feeds the fp16 product directly, with no cast. NvInfer.h (v10.3.0, IDequantizeLayer): "Block
+  dequantization is supported only for 2-D input tensors with DataType::kINT4 that are rooted at an
+  IConstantLayer", and "For strongly typed networks, output data type is inferred from scale data
+  type": fp32 scales would make every product an fp32 (TF32) GEMM, fp16 scales an INT4-weight fp16
+  one over the network's fp16 activations (NVIDIA's Model-Optimizer INT4 flow casts its scales to
+  the model's type the same way). The importer takes symmetric quantization only: no zero point.
   The "Working with Quantized Types" guide: weight-only quantization is INT4's, in blocks of 64 or
   128; INT8 is quantized together with its activations, so an int8 artifact has no Jetson form.
 

@@ -24,8 +24,10 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
    matrix weights are INT4 in 128-row blocks with fp16 scales), built strongly typed (TensorRT's
    INT4-weight fp16 GEMMs): against the same twin on ONNX Runtime (frames agreement and PCM SNR; at
    least 90 % of frames equal), and fp16+int4 against ONNX Runtime fp32 (greedy frames agreement and
-   PCM SNR; at least half the frames equal: int4 moves decisions, and one flipped near-tie changes
-   every later frame of its request) (int8 has no form TensorRT 10.3 builds: engines/weight_form.py);
+   PCM SNR, beside the same form's on ONNX Runtime: int4 on random weights moves most decisions, and
+   one flipped near-tie changes every later frame of its request, so the check is that TensorRT's
+   agreement is within 10 % of the frames of ONNX Runtime's) (int8 has no form TensorRT 10.3 builds:
+   engines/weight_form.py);
 6. soak: the daemon on this backend, 4 clients at once, N requests each: every one done, time to first
    audio (p50/p95), RTF, per-stage milliseconds per frame, peak memory (tegrastats when present);
    boot time: the daemon's own (its log: plans loaded, buffers claimed, CUDA graphs captured, warm-up)
@@ -168,11 +170,12 @@ def jetson_weights(source: Path, twin: Path, weights: str, backend: str, summary
     if made.returncode:
         summary.add(f"{weights} artifact", False, made.stderr.strip()[-300:])
     elif plans(twin, backend, summary, f"plans (fp16 + {weights}, strongly typed)"):
-        parity(twin, backend, summary, f"fp16 + {weights} vs the same artifact on ONNX Runtime")
-        got = synthesize(twin, backend)
-        same, frames, snr = agreement(reference, got)
-        summary.add(f"fp16 + {weights} vs ONNX Runtime fp32", same / frames >= 0.5,
-                    f"greedy frames equal {same}/{frames}; PCM SNR >= {snr:.1f} dB")
+        here = parity(twin, backend, summary, f"fp16 + {weights} vs the same artifact on ONNX Runtime")
+        same, frames, snr = agreement(reference, synthesize(twin, backend))
+        cpu_same, _, cpu_snr = agreement(reference, here)
+        summary.add(f"fp16 + {weights} vs ONNX Runtime fp32", abs(same - cpu_same) <= 0.1 * frames,
+                    f"greedy frames equal {same}/{frames}, PCM SNR >= {snr:.1f} dB (the same form on ONNX Runtime: "
+                    f"{cpu_same}/{frames}, {cpu_snr:.1f} dB)")
 
 
 def agreement(reference: list, got: list) -> tuple[int, int, float]:

@@ -62,19 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch", type=int, default=4)
     p.add_argument("--max-seq", type=int, default=1024)
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
-                   help="fp16: fp16 weights with fp32 norms, softmax, heads and sampling (engines/fp16.py)")
+                   help="fp16: an fp16 network (fp16 activations, weights and KV cache) with fp32 norms, softmax, "
+                        "heads and sampling (engines/fp16.py)")
     p.add_argument("--weights", choices=["fp32", "int8", "int4"], default="fp32",
                    help="int8 / int4: block-quantized matrix weights in the talker and code predictor "
                         "(engines/quantize.py)")
     p.add_argument("--target", choices=TARGETS, default="cpu",
-                   help="the backend the quantized form is for: cpu (ONNX Runtime) or jetson (TensorRT 10.3: "
-                        "int4 only; engines/weight_form.py)")
+                   help="the backend the quantized form is for: cpu (ONNX Runtime, an fp32 network) or jetson "
+                        "(TensorRT 10.3: int4 only, in the fp16 network whatever --precision says; "
+                        "engines/weight_form.py)")
     p.add_argument("--vocoder", choices=["fp32", "int8"], default="fp32",
                    help="int8: the vocoder's convolutions as 8-bit products, about twice as fast on a CPU and "
                         "not exact (ONNX Runtime only; engines/vocoder_int8.py)")
     p.set_defaults(run=_export)
 
-    p = commands.add_parser("quantize", help="an int8 / int4 twin of an fp32 artifact (no torch needed)")
+    p = commands.add_parser("quantize", help="an int8 / int4 twin of an fp32 artifact, or for jetson of an fp32 or "
+                                             "fp16 one (no torch needed)")
     p.add_argument("--artifact", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--weights", choices=["int8", "int4"], default=None,
@@ -83,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the vocoder's convolutions as 8-bit products, about twice as fast on a CPU and not exact "
                         "(ONNX Runtime only; engines/vocoder_int8.py)")
     p.add_argument("--target", choices=TARGETS, default="cpu",
-                   help="the backend the form is for: cpu (ONNX Runtime's MatMulNBits) or jetson (TensorRT 10.3: "
-                        "int4 only, fp16 scales)")
+                   help="the backend the form is for: cpu (ONNX Runtime's MatMulNBits, from an fp32 artifact) or "
+                        "jetson (TensorRT 10.3: int4 with fp16 scales in the fp16 network, from an fp16 artifact or "
+                        "an fp32 one made fp16 first; no gathered experts)")
     p.add_argument("--block", type=int, default=None,
                    help=f"rows of a column per scale (default: for cpu the largest of "
                         f"{', '.join(map(str, CPU_BLOCKS))} that divides every weight's K, {JETSON_BLOCK} for jetson)")
@@ -174,19 +178,26 @@ def _tiny(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from engines.export import export
 
-    if args.precision == "fp16" and args.weights != "fp32":
-        raise SystemExit("edged-engines export: --weights int8/int4 needs --precision fp32")
+    if args.precision == "fp16" and args.weights != "fp32" and args.target != "jetson":
+        raise SystemExit("edged-engines export: --weights int8/int4 for cpu needs --precision fp32")
     if args.precision == "fp16" and args.vocoder != "fp32":
         raise SystemExit("edged-engines export: --vocoder int8 needs --precision fp32")
     weights = None if args.weights == "fp32" else args.weights
     vocoder = None if args.vocoder == "fp32" else args.vocoder
     _form(weights, args.target, None, vocoder)  # refused before the export, not after
-    export(_checkpoint(args.checkpoint, args.revision), args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    checkpoint = _checkpoint(args.checkpoint, args.revision)
+    if weights and args.target == "jetson":
+        from engines.quantize import EXPERTS_REFUSAL
+        from engines.registry import EXPERT_FAMILIES, family_of
+
+        if family_of(checkpoint).__name__.rsplit(".", 1)[-1] in EXPERT_FAMILIES:
+            raise SystemExit(f"edged-engines: {EXPERTS_REFUSAL}")
+    export(checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
     if weights or vocoder:
         from engines.quantize import quantize_artifact
 
         quantize_artifact(args.out, args.out, weights, args.target, vocoder=vocoder)
-    if args.precision == "fp16":
+    if args.precision == "fp16" and not (weights and args.target == "jetson"):  # the jetson form is already fp16
         from engines.fp16 import convert_artifact
 
         convert_artifact(args.out, args.out)
@@ -209,12 +220,15 @@ def _quantize(args: argparse.Namespace) -> int:
     if args.weights is None and args.vocoder is None:
         raise SystemExit("edged-engines quantize: give --weights (int8 / int4), --vocoder int8, or both")
     _form(args.weights, args.target, args.block, args.vocoder)
-    stats = quantize_artifact(args.artifact, args.out, args.weights, args.target, args.block, vocoder=args.vocoder)
+    try:
+        stats = quantize_artifact(args.artifact, args.out, args.weights, args.target, args.block, vocoder=args.vocoder)
+    except FormError as exc:  # refused before anything was written
+        raise SystemExit(f"edged-engines: {exc}") from exc
     for role, counts in stats.items():
         print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     made = load_artifact(args.out)
     if args.weights:
-        print(f"form: {made.weights} for {made.weight_target}, {made.weight_block}-row blocks")
+        print(f"form: {made.weights} for {made.weight_target}, {made.weight_block}-row blocks, {made.precision} network")
     if args.vocoder:
         print(f"vocoder: {made.vocoder_weights}")
     return 0

@@ -20,8 +20,11 @@ stacks are about 95 % of a Qwen3-Omni talker's bytes. Their forms:
 
 TensorRT 10.3 dequantizes blocks only of 2-D INT4 constants (NvInfer.h IDequantizeLayer: "Block
 dequantization is supported only for 2-D input tensors with DataType::kINT4 that are rooted at an
-IConstantLayer"), never a gathered tensor, so int8 and int4 experts are ONNX Runtime (CPU) forms.
-The block and the scales' type are parameters; engines/quantize.py passes its own.
+IConstantLayer"), never a gathered tensor, and its importer takes symmetric quantization only (a
+zero point of 0) and no BitwiseAnd / BitShift; so int8 and int4 experts are ONNX Runtime (CPU)
+forms, and `quantize --target jetson` refuses a graph with gathered stacks before it writes anything
+(engines/quantize.py; the fp16 artifact is Qwen3-Omni's Jetson form). The block and the scales' type
+are parameters; engines/quantize.py passes its own.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ Quantize = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """w [R, N] -> (q int8 [R, N], scales [R / block, N]): symmetric blocks of rows."""
 
 
-def gathered_stacks(graph: onnx.GraphProto) -> dict[str, tuple[onnx.NodeProto, onnx.TensorProto]]:
-    """The stacks of gathered weights: {Gather output: (the Gather, its 3-D float initializer)} for
-    each Gather on axis 0 of a float stack that nothing else reads, whose output only MatMuls read,
-    as their weight (input 1)."""
+def gathered_stacks(graph: onnx.GraphProto, types: tuple[int, ...] = (TensorProto.FLOAT,),
+                    ) -> dict[str, tuple[onnx.NodeProto, onnx.TensorProto]]:
+    """The stacks of gathered weights: {Gather output: (the Gather, its 3-D initializer)} for each
+    Gather on axis 0 of a stack of one of `types` (fp32 by default) that nothing else reads, whose
+    output only MatMuls read, as their weight (input 1)."""
     inits = {i.name: i for i in graph.initializer}
     readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:
@@ -52,7 +56,7 @@ def gathered_stacks(graph: onnx.GraphProto) -> dict[str, tuple[onnx.NodeProto, o
     for node in graph.node:
         init = inits.get(node.input[0]) if node.op_type == "Gather" else None
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        if init is None or axis != 0 or len(init.dims) != 3 or init.data_type != TensorProto.FLOAT \
+        if init is None or axis != 0 or len(init.dims) != 3 or init.data_type not in types \
                 or len(readers[init.name]) != 1:
             continue
         if all(reader.op_type == "MatMul" and position == 1 for reader, position in readers.get(node.output[0], [])):

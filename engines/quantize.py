@@ -1,6 +1,15 @@
 """Weight-only int8 / int4 artifacts: quantized matrix weights behind DequantizeLinear, in the form
-the target backend runs (`engines/weight_form.py`: `--target cpu` for ONNX Runtime's MatMulNBits,
-`--target jetson` for TensorRT 10.3's INT4 weight-only GEMMs).
+the target backend runs (`engines/weight_form.py`: `--target cpu` for ONNX Runtime's MatMulNBits in
+an fp32 network, `--target jetson` for TensorRT 10.3's INT4 weight-only GEMMs in an fp16 network).
+
+The Jetson form is the fp16 network of engines/fp16.py (fp16 activations and KV cache, fp32 norms,
+softmax, heads and sampler) whose fp16 matrix weights become INT4 blocks with fp16 scales: each
+DequantizeLinear's fp16 output feeds its fp16 MatMul directly. `quantize --target jetson` takes an
+fp16 artifact, or an fp32 one that it first makes the fp16 network of (in `out`). The fp32 islands'
+weights (the logit heads) stay fp32, unquantized, as the fp16 network keeps them; the vocoder is the
+fp16 network's. A graph with gathered stacks of experts (Qwen3-Omni) has no Jetson form: their
+gathered forms (engines/experts.py) are ONNX Runtime's only, so it is refused before anything is
+written.
 
 Every matrix product of the talker and code-predictor graphs whose weight is a constant (MatMul over
 [K, N] or over Transpose([N, K]), and a logit head's Gemm with transB, turned into MatMul) reads it
@@ -11,8 +20,7 @@ of engines/experts.py (same bits, block and scales). So does a weight that sever
 read: ONNX Runtime fuses a DequantizeLinear into MatMulNBits only when one product reads it, and an
 unfused one dequantizes the whole matrix at every call (2-7x slower than fp32, measured on a
 code-predictor graph that unrolled its passes); so does a weight whose K is not a multiple of the
-block. The graphs move to opset 21 (blocked DequantizeLinear and INT4 need it). Activations stay
-fp32 in the graph, but around a Jetson-form product (fp16 in and out, cast)."""
+block. The graphs move to opset 21 (blocked DequantizeLinear and INT4 need it)."""
 
 from __future__ import annotations
 
@@ -27,9 +35,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from engines.experts import gathered_stacks, quantize_stacks
+from engines.fp16 import convert_artifact
 from engines.onnx_data import read_initializer, rewrite_file, set_nodes
 from engines.vocoder_int8 import quantize_vocoder
-from engines.weight_form import CPU_BLOCKS, WeightForm, cpu_block, dequantize, form, quantize_block, vocoder_form
+from engines.weight_form import CPU_BLOCKS, FormError, WeightForm, cpu_block, dequantize, form, quantize_block, vocoder_form
 
 __all__ = ["default_cpu_block", "dequantize", "quantize_artifact", "quantize_block", "quantize_file", "quantize_model",
            "set_nodes"]
@@ -38,6 +47,9 @@ GRAPHS = ("talker", "code_predictor")
 OPSET = 21
 CONSTANTS = "lifted_tensor"
 """Constants the exporter lifted from the code (the sampler's triangular matrix): never weights."""
+EXPERTS_REFUSAL = ("gathered experts (Qwen3-Omni) have no Jetson form: TensorRT 10.3 dequantizes only 2-D INT4 "
+                   "constants with a zero point of 0, never a gathered stack; run the fp16 artifact on the Jetson "
+                   "(edged-engines fp16), or quantize with --target cpu for ONNX Runtime")
 
 
 def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Path = Path()) -> dict[str, int]:
@@ -45,8 +57,9 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Pa
     (engines/experts.py) in place, reading each from `data_dir` (the directory of external data)
     when it is quantized; returns counts of what was done."""
     graph = model.graph
-    scale_dtype = np.float16 if weight_form.half else np.float32
-    gathered = quantize_stacks(model, weight_form.bits, weight_form.block, weight_form.quantize, scale_dtype, data_dir)
+    if weight_form.half and gathered_stacks(graph, (TensorProto.FLOAT, TensorProto.FLOAT16)):
+        raise FormError(EXPERTS_REFUSAL)
+    gathered = quantize_stacks(model, weight_form.bits, weight_form.block, weight_form.quantize, np.float32, data_dir)
     inits = {i.name: i for i in graph.initializer}
     transposes = {n.output[0]: n for n in graph.node if n.op_type == "Transpose"}
     readers = Counter(found[0] for node in graph.node if (found := _weight(node, inits, transposes, weight_form)))
@@ -56,7 +69,7 @@ def quantize_model(model: onnx.ModelProto, weight_form: WeightForm, data_dir: Pa
         found = _weight(node, inits, transposes, weight_form)
         if found is None or readers[found[0]] > 1:
             if found is not None:
-                stats["shared weights kept fp32"] += 1
+                stats[f"shared weights kept {'fp16' if weight_form.half else 'fp32'}"] += 1
             nodes.append(node)
             continue
         weight, transposed = found
@@ -104,7 +117,8 @@ def _weight(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], transposes
     else:
         return None
     init = inits.get(name)
-    if init is None or init.data_type != TensorProto.FLOAT or len(init.dims) != 2 or init.name.startswith(CONSTANTS):
+    kind = TensorProto.FLOAT16 if weight_form.half else TensorProto.FLOAT  # jetson: the fp16 network's, not its islands'
+    if init is None or init.data_type != kind or len(init.dims) != 2 or init.name.startswith(CONSTANTS):
         return None
     rows = init.dims[1] if transposed else init.dims[0]
     return (init.name, transposed) if weight_form.fits(rows) else None
@@ -140,16 +154,14 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
                       block: int | None = None, vocoder: str | None = None) -> dict[str, dict[str, int]]:
     """A twin of an artifact with its talker and code predictor's weights int8 / int4 in the form
     `target` runs (`weights`), its vocoder's convolutions int8 (`vocoder`: engines/vocoder_int8.py), or
-    both (out may be src: quantized in place); per graph, what was quantized. A form the target cannot
-    run is a FormError."""
+    both (out may be src: quantized in place); per graph, what was quantized. The cpu form takes an
+    fp32 artifact; the jetson form an fp16 one, or an fp32 one that becomes the fp16 network first. A
+    form the target cannot run is a FormError, raised before anything is written."""
     from edged.artifact import load_artifact
 
     if weights is None and vocoder is None:
         raise ValueError("nothing to quantize: give weights (int8 / int4), vocoder (int8), or both")
     artifact = load_artifact(src)
-    if artifact.precision != "fp32" or (weights is not None and artifact.weights != "fp32"):
-        raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; "
-                         f"quantize an fp32 one")
     if vocoder is not None:
         vocoder_form(vocoder, target)
         if artifact.vocoder_weights != "fp32":
@@ -157,8 +169,17 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     weight_form = None
     if weights is not None:
         weight_form = form(weights, target, block if block is not None or target != "cpu" else default_cpu_block(artifact))
+    half = weight_form is not None and weight_form.half
+    if artifact.weights != "fp32" or artifact.precision not in (("fp32", "fp16") if half else ("fp32",)):
+        wanted = "an fp32 or fp16 one" if half else "an fp32 one"
+        raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; quantize {wanted}")
+    if half and _has_experts(artifact):
+        raise FormError(EXPERTS_REFUSAL)
+    stats: dict[str, dict[str, int]] = {}
+    if half and artifact.precision == "fp32":
+        stats = {f"{role} (fp16 network)": counts for role, counts in convert_artifact(src, out).items()}
+        src, artifact = out, load_artifact(out)
     out.mkdir(parents=True, exist_ok=True)
-    stats = {}
     for role, graph in artifact.graphs.items():
         if role in GRAPHS and weight_form is not None:
             stats[role] = quantize_file(artifact.file(role), out / graph.file, weight_form)
@@ -176,6 +197,13 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
         made = replace(made, vocoder_weights=vocoder)
     (out / "artifact.json").write_text(json.dumps(made.to_json(), indent=2) + "\n")
     return stats
+
+
+def _has_experts(artifact) -> bool:
+    """Whether the talker or code predictor gathers stacks of experts (engines/experts.py)."""
+    return any(gathered_stacks(onnx.load(str(artifact.file(role)), load_external_data=False).graph,
+                               (TensorProto.FLOAT, TensorProto.FLOAT16))
+               for role in GRAPHS if role in artifact.graphs)
 
 
 def _copy_graph(path: Path, out: Path) -> None:

@@ -17,6 +17,8 @@ from types import ModuleType
 from engines.config import ConfigError, Section
 
 FAMILIES = ("qwen3_tts", "qwen3_omni")
+EXPERT_FAMILIES = ("qwen3_omni",)
+"""Families whose talker gathers stacks of experts (engines/experts.py): no Jetson int4 form."""
 MODEL_TYPES = {"qwen3_tts": "qwen3_tts", "qwen3_omni_moe": "qwen3_omni"}
 """config.json model_type -> family."""
 INDEX = "model.safetensors.index.json"

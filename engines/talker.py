@@ -140,9 +140,10 @@ class CodePredictorDraft(nn.Module):
 
 def predictor_cache(inputs, batch: int, slots: int) -> list[np.ndarray]:
     """A fresh code-predictor cache for `predict_frame`: zeros shaped as the pass graph's past_* inputs
-    (`inputs`: an ONNX Runtime session's `get_inputs()`) for `batch` members and `slots` slots."""
+    (`inputs`: an ONNX Runtime session's `get_inputs()`) for `batch` members and `slots` slots, in
+    their type (an fp16 network's cache is fp16: engines/fp16.py)."""
     return [np.zeros([batch, i.shape[1], i.shape[2], slots] if i.name.startswith("past_keys")
-                     else [batch, i.shape[1], slots, i.shape[3]], np.float32)
+                     else [batch, i.shape[1], slots, i.shape[3]], np.float16 if i.type == "tensor(float16)" else np.float32)
             for i in inputs if i.name.startswith("past_")]
 
 

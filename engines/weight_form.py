@@ -6,12 +6,14 @@ block_size)` before a MatMul. What the form must be depends on the backend that 
 
 - `cpu` (ONNX Runtime): each DequantizeLinear + MatMul is fused into `MatMulNBits`, which takes
   INT8 or INT4, fp32 scales and any power-of-two block of at least 16 rows.
-- `jetson` (TensorRT 10.3): INT4 only, in blocks of 64 or 128 rows, and fp16 scales, around an fp16
-  product. NvInfer.h (v10.3.0, IDequantizeLayer): "Block dequantization is supported only for 2-D
-  input tensors with DataType::kINT4 that are rooted at an IConstantLayer", and "For strongly typed
-  networks, output data type is inferred from scale data type": fp32 scales would make every product
-  an fp32 (TF32) GEMM, fp16 scales an INT4-weight fp16 one, which is what the activation's cast to
-  fp16 feeds (NVIDIA's Model-Optimizer INT4 flow casts its scales to the model's type the same way).
+- `jetson` (TensorRT 10.3): INT4 only, in blocks of 64 or 128 rows, and fp16 scales, in an fp16
+  network (engines/fp16.py: fp16 activations and KV cache), so the DequantizeLinear's fp16 output
+  feeds the fp16 product directly, with no cast. NvInfer.h (v10.3.0, IDequantizeLayer): "Block
+  dequantization is supported only for 2-D input tensors with DataType::kINT4 that are rooted at an
+  IConstantLayer", and "For strongly typed networks, output data type is inferred from scale data
+  type": fp32 scales would make every product an fp32 (TF32) GEMM, fp16 scales an INT4-weight fp16
+  one over the network's fp16 activations (NVIDIA's Model-Optimizer INT4 flow casts its scales to
+  the model's type the same way). The importer takes symmetric quantization only: no zero point.
   The "Working with Quantized Types" guide: weight-only quantization is INT4's, in blocks of 64 or
   128; INT8 is quantized together with its activations, so an int8 artifact has no Jetson form.
 
@@ -56,7 +58,8 @@ class WeightForm:
 
     @property
     def half(self) -> bool:
-        """fp16 scales and an fp16 product (the activation cast in, the result cast back to fp32)."""
+        """fp16 weights and scales in an fp16 network (engines/fp16.py): the DequantizeLinear's fp16
+        output feeds the fp16 product directly."""
         return self.target == "jetson"
 
     def fits(self, k: int) -> bool:
@@ -74,7 +77,8 @@ class WeightForm:
 
     def product(self, x: str, weight: str, w: np.ndarray, out: str, name: str,
                 ) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
-        """out = x @ w [K, N] (x fp32) with w stored in this form: its initializers and nodes."""
+        """out = x @ w [K, N] with w stored in this form (x fp32 for cpu, fp16 for jetson): its
+        initializers and nodes."""
         from onnx import TensorProto, helper, numpy_helper
 
         q, scale = self.quantize(w)
@@ -82,12 +86,7 @@ class WeightForm:
         inits = [_integers(f"{weight}__q{self.bits}", q, kind), numpy_helper.from_array(scale, f"{weight}__scale")]
         dq = helper.make_node("DequantizeLinear", [inits[0].name, inits[1].name], [f"{weight}__dq"], axis=0,
                               block_size=self.block, name=f"{weight}__dq")
-        if not self.half:
-            return inits, [dq, helper.make_node("MatMul", [x, dq.output[0]], [out], name=name)]
-        return inits, [dq,
-                       helper.make_node("Cast", [x], [f"{out}__x16"], to=TensorProto.FLOAT16, name=f"{name}__cast_in"),
-                       helper.make_node("MatMul", [f"{out}__x16", dq.output[0]], [f"{out}__16"], name=name),
-                       helper.make_node("Cast", [f"{out}__16"], [out], to=TensorProto.FLOAT, name=f"{name}__cast_out")]
+        return inits, [dq, helper.make_node("MatMul", [x, dq.output[0]], [out], name=name)]
 
 
 def cpu_block(rows) -> int:

@@ -2,16 +2,17 @@
 """The memory a TensorRT daemon claims for an artifact, part by part, against an 8 GB Orin Nano and a
 64 GB AGX Orin (docs/jetson.md "Memory plan").
 
-    python scripts/memory_plan.py --artifact A-fp16 --artifact A-int4 [--max-batch 4] [--max-seq 1024]
+    python scripts/memory_plan.py --artifact A-fp16 --artifact A-jetson-int4 [--max-batch 4] [--max-seq 1024]
 
 What this machine can measure, it measures: the weights the device engines hold (their graphs'
 initializers, which TensorRT keeps in their types: INT4 stays packed), every buffer the daemon claims
 at boot (the runtime's own report, `Core.preallocate()`, booted here on ONNX Runtime: the same
-buffers, in the same types, as on TensorRT), the host tables and the CUDA graphs the boot captures
-(the plans marked for a graph). What only a device can report is estimated, and marked so:
-TensorRT's activation block (the attention scores and softmax of a max_seq prefill and two of its
-MLP activations, fp32: what the largest engine holds live at once), each CUDA graph's memory, and
-the CUDA context with TensorRT's libraries.
+buffers, in the same types, as on TensorRT: an fp16 network's KV cache is fp16, half an fp32 one's),
+the host tables and the CUDA graphs the boot captures (the plans marked for a graph). What only a
+device can report is estimated, and marked so: TensorRT's activation block (the attention scores and
+softmax of a max_seq prefill and two of its MLP activations, in the network's types: fp16 scores and
+MLP activations with an fp32 softmax in an fp16 network, all fp32 in an fp32 one: what the largest
+engine holds live at once), each CUDA graph's memory, and the CUDA context with TensorRT's libraries.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def weights_mib(path: Path) -> float:
     return total / 2**20
 
 
-def activations_mib(heads: int, intermediate: int, t: int) -> float:
+def activations_mib(heads: int, intermediate: int, t: int, half: bool = False) -> float:
     """Estimate: a T-row prefill's attention scores and softmax [heads, T, T] and two MLP activations
-    [T, intermediate], fp32."""
-    return (2 * heads * t * t + 2 * t * intermediate) * 4 / 2**20
+    [T, intermediate]: fp32, or in an fp16 network fp16 scores and activations and an fp32 softmax."""
+    width = 2 if half else 4
+    return (heads * t * t * (width + 4) + 2 * t * intermediate * width) / 2**20
 
 
 def plan(path: Path, max_batch: int, max_seq: int, heads: int, intermediate: int) -> dict[str, tuple[float, str]]:
@@ -76,7 +78,8 @@ def plan(path: Path, max_batch: int, max_seq: int, heads: int, intermediate: int
         "KV cache, K/V scratch, predictor heads, vocoder state": (device / 2**20, "device; measured"),
         "step I/O, text track, vocoder windows, codec port": (pinned / 2**20, "pinned host; measured"),
         "host tables (embeddings)": (tables / 2**20, "host; measured"),
-        "activations (one shared block)": (activations_mib(heads, intermediate, max_seq), "device; estimate"),
+        "activations (one shared block)": (activations_mib(heads, intermediate, max_seq, a.precision == "fp16"),
+                                           "device; estimate"),
         f"CUDA graphs ({graphs} at boot)": (graphs * GRAPH_MIB, "device; estimate"),
         "CUDA context, TensorRT libraries": (sum(RUNTIME_MIB) / 2, "estimate"),
     }
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: python {' '.join(sys.argv)}\n")
     plans = {path: plan(path, args.max_batch, args.max_seq, args.heads, args.intermediate) for path in args.artifact}
     names = [load_artifact(path) for path in args.artifact]
-    header = " | ".join(f"{a.weights if a.weights != 'fp32' else a.precision} MiB" for a in names)
+    header = " | ".join(f"{a.precision}{'' if a.weights == 'fp32' else f' + {a.weights} {a.weight_target}'} MiB"
+                        for a in names)
     print(f"| part | {header} | where; how |\n|---|{'---|' * len(names)}---|")
     for part in next(iter(plans.values())):
         cells = " | ".join(f"{plans[path][part][0]:.0f}" for path in args.artifact)

@@ -14,7 +14,11 @@ The fp32 artifact speaks each text greedily; then every artifact is fed exactly 
   each group is judged on fp32's history;
 - top-1 agreement (the quantized argmax is fp32's code), the KL divergence KL(p_fp32 || p_quant) of
   the softmax distributions at temperature 1, and the PCM SNR of the quantized artifact's
-  teacher-forced argmax frames against fp32's frames, both vocoded by fp32's vocoder.
+  teacher-forced argmax frames against fp32's frames, both vocoded by fp32's vocoder;
+- the artifact's own vocoder (fp16 in an fp16 network) on fp32's frames: its PCM SNR against fp32's
+  vocoder;
+- greedy frames: the artifact speaks each text greedily on its own (no forcing), and the share of
+  its frames equal to fp32's at the same index (one flipped near-tie changes every later frame).
 
 Runs on ONNX Runtime with edged's session settings (the MatMulNBits accuracy level of
 edged/backends/onnxruntime.py, or --accuracy-level).
@@ -91,8 +95,9 @@ class Model:
         logits [G-1, Vc], the argmax frame [G], and the fp32-forced codec sum for the next step."""
         a, d = self.a, self.a.dims
         eos = a.special["codec_eos"]
-        keys = [np.zeros((1, d.kv_heads, d.head_dim, a.max_seq), np.float32) for _ in range(d.layers)]
-        values = [np.zeros((1, d.kv_heads, a.max_seq, d.head_dim), np.float32) for _ in range(d.layers)]
+        kv = {i.name: np.float16 if i.type == "tensor(float16)" else np.float32 for i in self.talker.get_inputs()}
+        keys = [np.zeros((1, d.kv_heads, d.head_dim, a.max_seq), kv[f"past_keys_{i}"]) for i in range(d.layers)]
+        values = [np.zeros((1, d.kv_heads, a.max_seq, d.head_dim), kv[f"past_values_{i}"]) for i in range(d.layers)]
         out = []
         rows, position = prompt_rows[None], 0
         for f in range(count):
@@ -181,6 +186,13 @@ def vocode(artifact: Artifact, frames: np.ndarray, threads: int) -> np.ndarray:
     return s.run(["pcm"], feed)[0][0]
 
 
+def name(artifact: Artifact) -> str:
+    """The artifact's form: its network's precision, and its weights' form if quantized."""
+    weights = "" if artifact.weights == "fp32" else \
+        f" + {artifact.weights} {artifact.weight_target} (block {artifact.weight_block})"
+    return artifact.precision + weights + ("" if artifact.vocoder_weights == "fp32" else f", {artifact.vocoder_weights} vocoder")
+
+
 def prompt(artifact: Artifact, text: str):
     talking = get_family(artifact.family).talking(artifact)
     voice = next(iter(artifact.speakers), None)
@@ -209,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
             rows, track, pad = prompt(ref_art, text)
             greedy = ref.run(rows, track, None, args.frames, pad)
             runs.append((rows, track, pad, greedy, np.stack([f for _, _, f in greedy])))
-        print("| weights | code 0 top-1 | groups top-1 (mean, min over groups) | KL code 0 | KL groups (mean) | PCM SNR dB |")
-        print("|---|---|---|---|---|---|")
+        print("| artifact | code 0 top-1 | groups top-1 (mean, min over groups) | KL code 0 | KL groups (mean) | "
+              "PCM SNR dB | vocoder SNR dB | greedy frames equal |")
+        print("|---|---|---|---|---|---|---|---|")
         for path in args.quantized:
             art = load_artifact(path)
             model = Model(art, args.threads, args.accuracy_level, Path(tmp))
-            agree0, agree_g, kl0, klg, signal, error = [], [], [], [], 0.0, 0.0
+            agree0, agree_g, kl0, klg, signal, error, vocoder_error, equal = [], [], [], [], 0.0, 0.0, 0.0, []
             for rows, track, pad, greedy, frames in runs:
                 forced = model.run(rows, track, frames, len(frames), pad)
                 for (l0, lg, ref_frame), (q0, qg, q_frame) in zip(greedy, forced):
@@ -226,10 +239,13 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = vocode(ref_art, np.stack([f for _, _, f in forced]), args.threads)
                 signal += float(np.sum(ours ** 2))
                 error += float(np.sum((ours - theirs) ** 2))
+                vocoder_error += float(np.sum((ours - vocode(art, frames, args.threads)) ** 2))
+                alone = np.stack([f for _, _, f in model.run(rows, track, None, len(frames), pad)])
+                equal.extend(np.all(alone == frames, axis=1))
             groups = np.mean(np.stack(agree_g), axis=0)
-            snr = 10 * np.log10(signal / error) if error > 0 else float("inf")
-            print(f"| {art.weights} (block {art.weight_block}) | {np.mean(agree0):.3f} | {groups.mean():.3f}, "
-                  f"{groups.min():.3f} | {np.mean(kl0):.4f} | {np.mean(klg):.4f} | {snr:.1f} |", flush=True)
+            snr, vocoder_snr = (10 * np.log10(signal / e) if e > 0 else float("inf") for e in (error, vocoder_error))
+            print(f"| {name(art)} | {np.mean(agree0):.3f} | {groups.mean():.3f}, {groups.min():.3f} | {np.mean(kl0):.4f} | "
+                  f"{np.mean(klg):.4f} | {snr:.1f} | {vocoder_snr:.1f} | {np.mean(equal):.3f} |", flush=True)
             del model
     print(f"\n{len(TEXTS)} texts x {args.frames} frames teacher-forced; accuracy level {args.accuracy_level}")
     return 0

@@ -71,7 +71,8 @@ class Manifest:
     model_type: str
     supports_instruct: bool
     precision: str
-    """fp32, or fp16: fp16 weights with fp32 norms, softmax, heads and sampling (engines/fp16.py)."""
+    """fp32, or fp16: an fp16 network (fp16 activations, weights and KV cache) with fp32 norms, softmax,
+    heads and sampling (engines/fp16.py); the Jetson int4 form is one."""
     dims: Dims
     max_batch: int
     max_seq: int
@@ -98,8 +99,8 @@ class Manifest:
     """Rows per quantization scale (0 for fp32 weights)."""
     weight_target: str = ""
     """Which backend's kernels the quantized form is for: cpu (ONNX Runtime's MatMulNBits: fp32 scales)
-    or jetson (TensorRT 10.3: INT4 in blocks of 64 or 128, fp16 scales, fp16 products); "" for fp32
-    weights (engines/weight_form.py)."""
+    or jetson (TensorRT 10.3: INT4 in blocks of 64 or 128, fp16 scales, in an fp16 network: precision
+    fp16); "" for fp32 weights (engines/weight_form.py)."""
     vocoder_weights: str = "fp32"
     """The vocoder graph's convolutions: fp32, or int8 (dynamically quantized 8-bit products, ONNX
     Runtime's form only: engines/vocoder_int8.py)."""
@@ -161,8 +162,6 @@ class Manifest:
         if not isinstance(block, int) or isinstance(block, bool) or (block > 0) != (weights != "fp32"):
             raise ArtifactError(f"artifact.json: 'model.weight_block' must be a positive integer for quantized "
                                 f"weights and 0 for fp32, got {block!r}")
-        if weights != "fp32" and precision != "fp32":
-            raise ArtifactError(f"artifact.json: 'model.weights' {weights} needs 'model.precision' fp32, got {precision}")
         target = model.get("weight_target", "")
         if weights != "fp32" and "weight_target" not in model:
             raise ArtifactError(f"artifact.json: missing key 'model.weight_target' ({', '.join(WEIGHT_TARGETS)}: which "
@@ -170,6 +169,10 @@ class Manifest:
         if target not in (WEIGHT_TARGETS if weights != "fp32" else ("",)):
             raise ArtifactError(f"artifact.json: 'model.weight_target' must be one of {', '.join(WEIGHT_TARGETS)} for "
                                 f"quantized weights and absent for fp32, got {target!r}")
+        network = "fp16" if target == "jetson" else "fp32"  # the Jetson form is an fp16 network, the CPU form fp32
+        if weights != "fp32" and precision != network:
+            raise ArtifactError(f"artifact.json: 'model.weights' {weights} for {target} needs 'model.precision' "
+                                f"{network}, got {precision} (quantize the fp32 artifact again with --target {target})")
         vocoder_weights = model.get("vocoder_weights", "fp32")
         if vocoder_weights not in VOCODER_WEIGHTS:
             raise ArtifactError(f"artifact.json: 'model.vocoder_weights' must be one of {', '.join(VOCODER_WEIGHTS)}, "

@@ -15,9 +15,11 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, numpy_helper
 
+from engines.cli import main as engines_main
 from engines.experts import gathered_stacks, quantize_stacks
 from engines.fp16 import convert_artifact
-from engines.quantize import dequantize, quantize_artifact, quantize_block
+from engines.quantize import EXPERTS_REFUSAL, dequantize, quantize_artifact, quantize_block
+from engines.weight_form import FormError
 
 BLOCK = 16  # the tiny experts are 16 wide
 
@@ -38,11 +40,13 @@ def talker_feeds(model: onnx.ModelProto, batch: int, rows: int, seed: int) -> di
              "allow_eos": np.ones(batch, bool), "temperature": np.zeros(batch, np.float32),
              "top_k": np.zeros(batch, np.int64), "top_p": np.ones(batch, np.float32),
              "noise": rng.random((batch, vocab), dtype=np.float32)}
+    kinds = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
     for name, shape in dims.items():
         if name.startswith("past_"):
             keys = name.startswith("past_keys")
             shape = [batch, shape[1], shape[2], slots] if keys else [batch, shape[1], slots, shape[3]]
-            feeds[name] = rng.standard_normal(shape, dtype=np.float32)
+            cache = rng.standard_normal(shape, dtype=np.float32)  # an fp16 network's cache is fp16
+            feeds[name] = cache.astype(np.float16) if kinds[name] == TensorProto.FLOAT16 else cache
     return feeds
 
 
@@ -104,6 +108,23 @@ def test_the_fp16_talker_keeps_the_fp32_talkers_hidden_states(omni, tmp_path):
     assert all(i.data_type == TensorProto.FLOAT16 for i in half.graph.initializer if len(i.dims) == 3)
     source = onnx.load(str(omni / "talker.onnx"))
     for batch, rows in ((1, 6), (2, 1)):
-        feeds = talker_feeds(source, batch, rows, seed=10 + batch)
-        got, want = hidden(half, feeds), hidden(source, feeds)
+        feeds = talker_feeds(half, batch, rows, seed=10 + batch)
+        got = hidden(half, feeds)
+        want = hidden(source, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()})
         assert 0 < np.abs(got - want).max() < 1e-2 * np.abs(want).max(), np.abs(got - want).max()
+
+
+def test_gathered_experts_are_refused_for_jetson_before_anything_is_written(omni_artifacts, omni, tmp_path, capsys):
+    """TensorRT 10.3 parses no gathered INT4 form (a zero point of 8, BitwiseAnd / BitShift unpacking):
+    `quantize --target jetson` and `export --weights int4 --target jetson` of a Qwen3-Omni
+    checkpoint stop with the one-line reason and leave no output directory."""
+    with pytest.raises(FormError, match="gathered experts \\(Qwen3-Omni\\) have no Jetson form"):
+        quantize_artifact(omni, tmp_path / "q", "int4", "jetson")
+    convert_artifact(omni, tmp_path / "fp16")
+    with pytest.raises(SystemExit, match=f"^edged-engines: {EXPERTS_REFUSAL.replace('(', '.').replace(')', '.')}$"):
+        engines_main(["quantize", "--artifact", str(tmp_path / "fp16"), "--out", str(tmp_path / "cli"), "--weights",
+                      "int4", "--target", "jetson"])
+    with pytest.raises(SystemExit, match="^edged-engines: gathered experts"):
+        engines_main(["export", "--checkpoint", str(omni_artifacts(1, 21)[0]), "--out", str(tmp_path / "export"),
+                      "--weights", "int4", "--target", "jetson"])
+    assert not any((tmp_path / name).exists() for name in ("q", "cli", "export"))

@@ -155,6 +155,9 @@ def weights_refusal(model: dict) -> str | None:
         return (f"its {weights} weights are in the {target} form ({model.get('weight_block')}-row blocks, fp32 "
                 f"scales), and TensorRT 10.3 takes INT4 blocks of 64 or 128 rows with fp16 scales (fp32 scales make "
                 f"every product an fp32 GEMM): quantize the fp32 artifact with --target jetson")
+    if model.get("precision", "fp32") != "fp16":  # the form before fp16 networks: fp32 around every product
+        return (f"its {weights} Jetson weights sit in an fp32 network (the earlier form); quantize the fp32 artifact "
+                f"again with --target jetson")
     return None
 
 

@@ -403,6 +403,7 @@ def test_the_builder_refuses_what_tensorrt_10_3_refuses(trt, builtin_artifact, t
     """A blocked INT8 DequantizeLinear and INT4 in 32-row blocks: build returns None (logged); an
     operator onnx-tensorrt has no importer for: the parser refuses, naming it; INT4 with fp32 scales
     and TF32 left on: built, with warnings, and the engine says so."""
+    from engines.fp16 import convert_file
     from engines.quantize import quantize_file
     from engines.weight_form import WeightForm
 
@@ -436,9 +437,12 @@ def test_the_builder_refuses_what_tensorrt_10_3_refuses(trt, builtin_artifact, t
     engine, messages = build(tmp_path / "q.onnx")
     assert engine.fp32_int4_products > 0 and engine.tf32
     assert any("dequantize to FLOAT" in m for _, m in messages) and any("TF32 is enabled" in m for _, m in messages)
-    quantize_file(talker, tmp_path / "q.onnx", WeightForm("jetson", "int4", 64))
+    convert_file(talker, tmp_path / "fp16.onnx")  # the Jetson form quantizes the fp16 network's weights
+    quantize_file(tmp_path / "fp16.onnx", tmp_path / "q.onnx", WeightForm("jetson", "int4", 64))
+    int4 = [i for i in onnx.load(str(tmp_path / "q.onnx"), load_external_data=False).graph.initializer
+            if i.data_type == onnx.TensorProto.INT4]
     engine, messages = build(tmp_path / "q.onnx", flags=[fake_trt.BuilderFlag.TF32])
-    assert engine.fp32_int4_products == 0 and not engine.tf32 and not messages
+    assert int4 and engine.fp32_int4_products == 0 and not engine.tf32 and not messages
     model = onnx.load(str(talker))
     model.graph.node[0].op_type = "Unique"
     onnx.save(model, str(tmp_path / "unknown.onnx"))

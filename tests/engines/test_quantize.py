@@ -316,3 +316,6 @@ def test_plans_refuse_a_form_tensorrt_cannot_build_with_the_reason(quantized):
         "or 128 rows with fp16 scales (fp32 scales make every product an fp32 GEMM): quantize the fp32 artifact with "
         "--target jetson")
     assert weights_refusal(model["jetson"]) is None and weights_refusal({"weights": "fp32"}) is None
+    earlier = model["jetson"] | {"precision": "fp32"}  # an artifact quantized before the Jetson form was fp16
+    assert weights_refusal(earlier) == ("its int4 Jetson weights sit in an fp32 network (the earlier form); quantize "
+                                        "the fp32 artifact again with --target jetson")

@@ -12,11 +12,13 @@ In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 3. backend tests on this backend: conformance, alignment, batched == alone, no allocation on the step
    path, streamed vocoder == whole (pytest with EDGED_TEST_BACKEND / EDGED_TEST_ARTIFACT);
 4. fp32 parity with ONNX Runtime: greedy frames agreement, PCM max error and SNR; the clone encoder
-   (voice cloning): x-vectors and reference codes against ONNX Runtime's; then the same
-   cohort with CUDA graphs and with per-run enqueues: equal frames, milliseconds per frame of each;
-   activation memory: the one block every execution context shares, against what kSTATIC contexts
-   would claim each; launches per step: what the host puts on the stream for one talker step of a
-   cohort of max_batch (the K/V appends ride inside the steps' graphs);
+   (voice cloning, on ONNX Runtime on the CPU whatever the backend): the time a 1, 10 and 30 s
+   reference takes; then the same cohort with CUDA graphs and with per-run enqueues: equal frames,
+   milliseconds per frame of each, and the graphs' frames again after other plans re-bound the
+   shared contexts (each captured graph has a context of its own); activation memory: the one block
+   every execution context shares, against what kSTATIC contexts would claim each; launches per
+   step: what the host puts on the stream for one talker step of a cohort of max_batch (the K/V
+   appends ride inside the steps' graphs);
 5. `--fp16`: the artifact's fp16 twin (`edged-engines fp16`: fp16 weights, fp32 norms, softmax,
    heads and sampling; needs the `onnx` package), built strongly typed, against ONNX Runtime fp32:
    frames agreement and PCM SNR; `--weights int4`: the artifact's int4 twin in the Jetson form
@@ -113,37 +115,30 @@ def synthesize(artifact: Path, backend_name: str, cuda_graphs: bool = True) -> l
         backend.close()
 
 
-def clone_encoder(artifact: Path, backend_name: str, summary: Summary) -> None:
-    """The clone encoder (voice cloning) on this backend against ONNX Runtime: x-vectors and reference
-    codes of references of 1, 10 and 30 s, and the time each takes."""
+def clone_encoder(artifact: Path, summary: Summary) -> None:
+    """The clone encoder (voice cloning), which runs on ONNX Runtime on the CPU whatever the daemon's
+    backend (TensorRT gets no plan for it): references of 1, 10 and 30 s, the time each takes here."""
     from edged.clone import VoiceEncoder, can_clone
 
     if not can_clone(load_artifact(artifact).graphs):
         summary.add("clone encoder", None, "the artifact has none")
         return
-    results = {}
-    for name in ("onnxruntime", backend_name):
-        backend = make_backend(name, threads=1)
-        try:
-            encoder = VoiceEncoder(load_artifact(artifact), backend)
-            encoder.preallocate()
-            runs = []
-            for seconds in (1, 10, 30):
-                t = np.arange(seconds * 24000) / 24000
-                pcm = (0.3 * np.sin(2 * np.pi * 150 * t) * np.sin(2 * np.pi * 2 * t)).astype(np.float32)
-                t0 = time.perf_counter()
-                voice = encoder.encode(pcm, "the reference")
-                runs.append((voice, time.perf_counter() - t0))
-            results[name] = runs
-        finally:
-            backend.close()
-    err = max(float(np.abs(a.xvector - b.xvector).max() / np.abs(a.xvector).max())
-              for (a, _), (b, _) in zip(results["onnxruntime"], results[backend_name]))
-    codes = all(np.array_equal(a.ref_codes, b.ref_codes) for (a, _), (b, _) in zip(results["onnxruntime"],
-                                                                                     results[backend_name]))
-    took = ", ".join(f"{s} s: {t * 1e3:.0f} ms" for s, (_, t) in zip((1, 10, 30), results[backend_name]))
-    summary.add("clone encoder", err <= 1e-3 and codes,
-                f"x-vector max rel err {err:.1e}, reference codes equal: {codes}; encode {took}")
+    backend = make_backend("onnxruntime")
+    runs = []
+    try:
+        encoder = VoiceEncoder(load_artifact(artifact), backend)
+        encoder.preallocate()
+        for seconds in (1, 10, 30):
+            t = np.arange(seconds * 24000) / 24000
+            pcm = (0.3 * np.sin(2 * np.pi * 150 * t) * np.sin(2 * np.pi * 2 * t)).astype(np.float32)
+            t0 = time.perf_counter()
+            voice = encoder.encode(pcm, "the reference")
+            runs.append((voice, time.perf_counter() - t0))
+    finally:
+        backend.close()
+    finite = all(np.isfinite(v.xvector).all() and v.ref_codes is not None and len(v.ref_codes) for v, _ in runs)
+    took = ", ".join(f"{s} s: {t * 1e3:.0f} ms" for s, (_, t) in zip((1, 10, 30), runs))
+    summary.add("clone encoder", finite, f"on ONNX Runtime (CPU): encode {took}")
 
 
 def parity(artifact: Path, backend: str, summary: Summary, label: str, reference: list | None = None) -> list:
@@ -225,16 +220,17 @@ def cuda_graphs(artifact: Path, backend: str, summary: Summary) -> None:
 
 
 def activation_memory(artifact: Path, backend_name: str, summary: Summary) -> None:
-    """The activation block every execution context shares (USER_MANAGED), against the sum kSTATIC
-    contexts would claim (each its engine's size)."""
+    """The activation block every execution context shares (USER_MANAGED: one per captured graph, one
+    per profile for the plans enqueued), against the sum kSTATIC contexts would claim (each its
+    engine's size)."""
     if backend_name != "tensorrt":
         summary.add("activation memory", None, "TensorRT only")
         return
     backend = make_backend(backend_name)
     try:
         Synthesizer(load_artifact(artifact), backend)
-        contexts = sum(len(e.profiles) for e in backend.engines)
-        static = sum(e.activation_bytes * len(e.profiles) for e in backend.engines)
+        contexts = sum(len(e.contexts()) for e in backend.engines)
+        static = sum(e.activation_bytes * len(e.contexts()) for e in backend.engines)
         shared = backend.activation_bytes()
         summary.add("activation memory", shared == max(e.activation_bytes for e in backend.engines) and shared < static,
                     f"one block of {shared / 2**20:.1f} MiB for {contexts} contexts (kSTATIC: {static / 2**20:.1f} MiB)")
@@ -415,7 +411,7 @@ def main() -> int:
     if plans(artifact, args.backend, summary, "plans (fp32)"):
         backend_tests(artifact, args.backend, summary)
         reference = parity(artifact, args.backend, summary, "fp32 parity with ONNX Runtime")
-        clone_encoder(artifact, args.backend, summary)
+        clone_encoder(artifact, summary)
         cuda_graphs(artifact, args.backend, summary)
         activation_memory(artifact, args.backend, summary)
         launches_per_step(artifact, args.backend, summary)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -668,7 +669,9 @@ def test_validate_jetson_rows_through_the_doubles(trt, artifact):
     rows = {check: (verdict, detail) for check, verdict, detail in summary.rows[:4]}
     assert rows["CUDA graphs"][0] == "PASS" and rows["CUDA graphs"][1].startswith(
         "frames equal: True; after other plans re-bound the contexts: True; per frame")
-    assert rows["activation memory"][0] == "PASS" and "for 5 contexts (kSTATIC" in rows["activation memory"][1]
+    contexts = re.search(r"for (\d+) contexts \(kSTATIC", rows["activation memory"][1])
+    # one per captured graph (60), and the shared ones of the plans enqueued (the talker's prefills, ...)
+    assert rows["activation memory"][0] == "PASS" and contexts and int(contexts.group(1)) > 60
     a = load_artifact(artifact)
     assert rows["launches per step"] == ("PASS", f"{a.dims.code_groups:.1f} at batch 4 ({a.dims.code_groups} plans; "
                                                  f"60 CUDA graphs; {2 * a.dims.layers * 4} K/V copies before)")

@@ -32,15 +32,6 @@ sys.addaudithook(_record_opens)
 
 
 @pytest.fixture
-def trt(monkeypatch):
-    fake_trt.install(monkeypatch)
-    from edged.backends import tensorrt
-
-    yield tensorrt
-    assert fake_trt.stack_depth() == 0, "a CUDA context was left pushed"
-
-
-@pytest.fixture
 def external(trt, builtin_artifact, tmp_path) -> Path:
     """A copy of the built-in artifact whose vocoder keeps its weights in vocoder.onnx.data (as every
     real-size talker does), with plans."""

@@ -44,15 +44,6 @@ REQUESTS = [
 
 
 @pytest.fixture
-def trt(monkeypatch):
-    fake_trt.install(monkeypatch)
-    from edged.backends import tensorrt
-
-    yield tensorrt
-    assert fake_trt.stack_depth() == 0, "a CUDA context was left pushed: pycuda aborts at exit"
-
-
-@pytest.fixture
 def artifact(trt, builtin_artifact, tmp_path):
     from engines.tensorrt import build_plans
 

@@ -32,7 +32,9 @@ reverberation lasts a few hundred ms (docs/dev/echo.md has the measurements behi
   the residual echo expected from the filter's uncertainty (sum of P |X|^2), from what the linear
   filter cannot model (a leakage factor times the echo estimate's power: the loudspeaker's
   distortion, estimated by regression as speexdsp does, and learned only on blocks the gate took for
-  echo: a user's voice follows the echo's spectrum too) and the part of the residual coherent with
+  echo: a user's voice follows the echo's spectrum too; scaled up on a block louder than the average
+  it was learned on, as a soft-clipping loudspeaker's distortion grows faster than its level: else a
+  loud syllable's distortion passed for the user) and the part of the residual coherent with
   the echo estimate (a path change) is subtracted by a spectral gain (over-subtraction OVER, floor
   FLOOR_DB). The user's speech passes where it stands above the expected residual.
 - **What the gate reads.** Per block: the output's energy and the residual echo expected in it
@@ -160,6 +162,7 @@ class EchoCanceller:
         self.quiet = self.noise_blocks = 0
         self.p_ey = self.p_yy = 0.0
         self.leak = 0.0
+        self.leak_level = 0.0
         self.floor = 10 ** (FLOOR_DB / 10)
         self.hist = max(int(history_s * rate) // b * b, 4 * b)
         self.mic_hist = np.zeros(self.hist, dtype=np.float32)
@@ -210,6 +213,7 @@ class EchoCanceller:
         self.s_yy[:] = self.g_yy[:] = self.g_ee[:] = self.s_ee[:] = self.s_rr[:] = 0.0
         self.p_ey = self.p_yy = 0.0
         self.leak = 0.0
+        self.leak_level = 0.0
 
     def shift(self, samples: int) -> None:
         """The reference stream moved by `samples` against the microphone (the listener realigned
@@ -288,8 +292,12 @@ class EchoCanceller:
             if not self.near_end():  # the last block was echo: a user's voice must not pass for leakage
                 self._leakage(res2, est2)
 
-        # the suppressor
-        echo = expected + self.leak * est2 + coherent
+        # the suppressor; the loudspeaker's distortion grows faster than its level (a soft clip's odd
+        # harmonics: their share of the power with its square), so a syllable louder than those the
+        # leakage was learned on leaks more
+        level = float(est2.sum())
+        leak = self.leak * max(1.0, level / self.leak_level) if self.leak_level > 0 else self.leak
+        echo = expected + leak * est2 + coherent
         s = SMOOTHING
         self.s_ee *= s
         self.s_ee += (1 - s) * res2
@@ -300,7 +308,7 @@ class EchoCanceller:
         if self.quiet > k:  # no reference left in the filter's span: what the microphone has is the background
             self._background(res2)
         self.out_energy = float(np.dot(gain, res2))
-        self.echo_energy = float(np.dot(gain, np.maximum(echo, expected + self.leak * est2 + coherent_now) + self.noise))
+        self.echo_energy = float(np.dot(gain, np.maximum(echo, expected + leak * est2 + coherent_now) + self.noise))
         y_out = np.fft.irfft(res * np.sqrt(gain), 2 * b) * self.window
         out[:] = self.tail + y_out[:b]
         self.tail[:] = y_out[b:]
@@ -361,6 +369,7 @@ class EchoCanceller:
         self.p_ey = r * self.p_ey + (1 - r) * float(np.dot(de, dy))
         self.p_yy = r * self.p_yy + (1 - r) * float(np.dot(dy, dy))
         self.leak = min(max(self.p_ey / max(self.p_yy, 1e-30), 0.005), 0.5)
+        self.leak_level = r * self.leak_level + (1 - r) * float(est2.sum())
 
     def _search_lag(self) -> None:
         """GCC-PHAT over the histories: where the microphone best follows the reference. The lag

@@ -4,8 +4,9 @@ Its `speaker` input takes what the daemon's speaker plays; its `mic` output is w
 from that loudspeaker would hear (`support.room.RoomMic`: a mildly clipping loudspeaker, the room's
 impulse response by partitioned FFT convolution, a user's voice through its own path, microphone
 noise), delayed by the device's DAC and ADC latency as the daemon's PortAudio streams report them, so
-the daemon meets the echo where a real device would put it. `say` starts a user speaking, at a level
-below the echo's; `move` changes the echo path (someone moved); `enter` puts the device in another room.
+the daemon meets the echo where a real device would put it. `echo_gain` sets the echo's level (1: the
+daemon's voice level at the microphone; louder is the volume turned up). `say` starts a user speaking, at a level
+below the echo's (at unit echo gain); `move` changes the echo path (someone moved); `enter` puts the device in another room.
 Positions are JACK frame times (`client.last_frame_time`), the clock the patchbay records on too.
 """
 
@@ -21,7 +22,7 @@ RATE = 24000
 
 class RoomRig:
     def __init__(self, server: str, room: Room, *, latency: int, period: int = 256, seed: int = 0,
-                 seconds: float = 300.0) -> None:
+                 seconds: float = 300.0, echo_gain: float = 1.0) -> None:
         import jack
 
         self.client = jack.Client("edged-room", no_start_server=True, servername=server)
@@ -30,8 +31,8 @@ class RoomRig:
         self.period = period
         self.line = np.zeros(latency + period, dtype=np.float32)
         """The device's latency: the loudspeaker plays what the daemon wrote `latency` samples ago."""
-        self.seed = seed
-        self.room = RoomMic(room, period, seed=seed)
+        self.seed, self.echo_gain = seed, echo_gain
+        self.room = RoomMic(room, period, seed=seed, echo_gain=echo_gain)
         self.voice_frame = -1
         """JACK frame time of the cycle in which the user's voice began (its first sample)."""
         self.latency = latency
@@ -101,7 +102,7 @@ class RoomRig:
 
     def enter(self, room: Room) -> None:
         """The device is taken into another room (between replies: the echo's history is dropped)."""
-        self.room = RoomMic(room, self.period, seed=self.seed)
+        self.room = RoomMic(room, self.period, seed=self.seed, echo_gain=self.echo_gain)
 
     def close(self) -> None:
         self.client.deactivate()

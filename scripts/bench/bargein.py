@@ -61,12 +61,23 @@ def summary(title: str, rows: list[dict[str, float]], keys: list[str]) -> None:
                   f"{'' if len(values) == len(rows) else f'  ({len(rows) - len(values)} without)'}")
 
 
+def percentiles(voice: str, ms: list[float]) -> None:
+    """Onset -> silence over every user run of a voice (a run never interrupted counts as infinite)."""
+    if not ms:
+        return
+    p50, p90, p95 = np.percentile(ms, [50, 90, 95])
+    print(f"\n{voice}, every user run: {len(ms)} runs, onset -> silence p50 {p50:.0f} ms, p90 {p90:.0f} ms, "
+          f"p95 {p95:.0f} ms, max {max(ms):.0f} ms; within 300 ms: {sum(m <= 300 for m in ms)}, "
+          f"within 500 ms: {sum(m <= 500 for m in ms)}", flush=True)
+
+
 def rooms(args, name: str, tmp: Path) -> None:
     from support.patchbay import audio_rig, espeak, quiet, wait_recorded
     from support.room import FORECAST, Room, active_rms, at_voice_level
     from support.room_rig import RoomRig
 
     for voice in args.voices:
+        pooled: list[float] = []
         path = None
         (tmp / voice).mkdir()
         if voice == "speech":
@@ -124,8 +135,10 @@ def rooms(args, name: str, tmp: Path) -> None:
                             time.sleep(0.05)
                     summary(f"{voice}, rt60 {rt60}, a user {below} dB below the echo, {when}", users,
                             ["interrupted", "onset_to_silence_ms", "xruns"])
+                    pooled += [u["onset_to_silence_ms"] if u["interrupted"] else float("inf") for u in users]
             if rig is not None:
                 rig.close()
+        percentiles(voice, pooled)
 
 
 def wire(args, name: str, tmp: Path) -> None:

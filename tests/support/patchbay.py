@@ -253,10 +253,15 @@ def audio_rig(server: str, tmp: Path, config: str, voice: Path | None = None) ->
     bay = Patchbay(server)
     sub = Subscriber(events)
     client = Client(daemon.endpoint)
-    speech = espeak("Stop! Please stop talking now.", tmp)
-    yield daemon, bay, sub, client, speech
-    client.close()
-    sub.close()
+    try:
+        speech = espeak("Stop! Please stop talking now.", tmp)
+        yield daemon, bay, sub, client, speech
+    except BaseException:
+        daemon.close()  # a failure while the rig was set up: the daemon must not outlive the test
+        raise
+    finally:
+        client.close()
+        sub.close()
+        bay.close()
     assert daemon.terminate() == 0
     daemon.close()
-    bay.close()

@@ -17,7 +17,9 @@ Over 60 s of speech (espeak-ng's FORECAST at the voice's level, looped):
   runs ahead, by far less than REALIGN_AFTER_S, and the offset stays;
 - the canceller's ERLE (the microphone's power over the listener's output, per second of echo)
   stays above ERLE_DB after the first seconds;
-- the echo alone never gives a near-end verdict (`near_end_met`): the reply would not cut itself off.
+- the echo alone never gives a near-end verdict (`near_end_met`): the reply would not cut itself off;
+- (an expected failure, strict) a user 5 dB below the echo is heard within HEARD_WITHIN_MS at every
+  onset: not yet, as the canceller takes the drift for a path change every 2 s or so.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 import pytest
 from support.drift import DELAY, Drift
 from support.patchbay import espeak
-from support.room import FORECAST, Room, RoomMic, at_voice_level
+from support.room import FORECAST, Room, RoomMic, active_rms, at_voice_level, convolve
 
 from edged.audio.listener import Listener, near_end_met
 from edged.audio.tap import Tap
@@ -50,6 +52,10 @@ ERLE_DB = 12.0
 one clock the same run gives 39 to 49. A drifting echo slides 2.4 samples a second against the filter,
 which tracks it only in part; a reference read ahead of the speaker's tap (not realigned) leaves
 nothing to cancel (about 0 dB)."""
+HEARD_WITHIN_MS = 400
+"""The user's onset at the microphone -> the listener's first barge-in verdict: the README's 500 ms
+less the speaker's stop and the DAC's latency."""
+USER = "Wait, stop, I have a question about Thursday."
 PHASE = 0.3
 """The microphone's first callback comes this share of a period after the speaker's: at +100 ppm
 the microphone gains a whole callback on the speaker (the reference is realigned) about 32 s in."""
@@ -80,13 +86,13 @@ class Speaker:
 
     def interrupt(self, mic_sample: int) -> list:
         self.interrupts += 1
-        return []
+        return []  # nothing is cut: the reply plays on, and every later verdict is seen
 
 
 class Run:
     """One reply through a listener whose microphone's clock runs `ppm` off the speaker's."""
 
-    def __init__(self, ppm: float, voice: np.ndarray) -> None:
+    def __init__(self, ppm: float, voice: np.ndarray, seconds: int = SECONDS) -> None:
         self.speaker = Speaker()
         self.listener = Listener(AudioConfig(), VadConfig(), Events(None), self.speaker)  # type: ignore[arg-type]
         self.mic = Mic()
@@ -94,15 +100,21 @@ class Run:
         self.drift = Drift(ppm)
         self.room = RoomMic(Room(0.5, seed=1), PERIOD, seed=1)
         lead = RATE  # a second of silence before the reply
-        n = -(-(lead + SECONDS * RATE) // PERIOD) * PERIOD
+        n = -(-(lead + seconds * RATE) // PERIOD) * PERIOD
         self.played = np.zeros(n + LINE + PERIOD, dtype=np.float32)
-        reply = np.resize(voice, SECONDS * RATE)  # looped
+        reply = np.resize(voice, seconds * RATE)  # looped
         self.played[lead:lead + len(reply)] = reply
         self.reply = (lead, lead + len(reply))
+        self.at_dac = np.concatenate([np.zeros(LINE, np.float32), self.played])
+        """What the loudspeaker plays: the speaker's output LINE samples later."""
         self.mic_rec: list[np.ndarray] = []
         self.clean: list[np.ndarray] = []
         self.offsets: list[int] = []
         self.near_verdicts = 0
+        self.verdicts: list[int] = []
+        """The microphone sample at each block whose VAD frame barged in (the speaker's `interrupt`)."""
+        self.says: dict[int, np.ndarray] = {}
+        """A user's voice by the microphone callback it starts in (`user`)."""
         self.shifts = 0
         shift = self.listener.echo.shift
 
@@ -123,19 +135,39 @@ class Run:
                 out = self.played[spoken:spoken + PERIOD]
                 self.speaker.playing = self.reply[0] <= spoken < self.reply[1]
                 self.speaker.playback.tap.record(out)
-                self.drift.push(self.played[spoken - LINE:spoken - LINE + PERIOD] if spoken >= LINE else np.zeros(PERIOD, np.float32))
+                self.drift.push(self.at_dac[spoken:spoken + PERIOD])
                 spoken += PERIOD
             else:
+                if mic_calls in self.says:
+                    self.room.say(self.says[mic_calls])
                 self.drift.pull(block)
                 self.mic.tap.record(self.room(block))
                 mic_calls += 1
                 listener = self.listener
                 while self.mic.tap.written - listener.index >= listener.block:
+                    interrupts = self.speaker.interrupts
                     listener._block(self.mic)  # type: ignore[arg-type]
+                    if self.speaker.interrupts > interrupts:
+                        self.verdicts.append(listener.index)
                     self.mic_rec.append(listener.mic_block.copy())
                     self.clean.append(listener.clean.copy())
                     self.offsets.append(listener.ref_offset)
                     self.near_verdicts += self.speaker.playing and near_end_met(listener.near, listener.heard_blocks)
+
+    def user(self, speech: np.ndarray, below_echo_db: float, every_s: float) -> list[int]:
+        """The user says `speech`, `below_echo_db` under the echo's level, every `every_s` from 2 s into
+        the reply to its last few seconds; returns each onset at the microphone (its sample)."""
+        path = self.room.paths.user
+        at_mic = convolve(np.concatenate([speech, np.zeros(len(path), np.float32)]), path)
+        echo_rms = active_rms(self.played[self.reply[0]:self.reply[1]])  # the echo path has unit energy
+        self.room.user.set(path * echo_rms * 10 ** (-below_echo_db / 20) / active_rms(at_mic), crossfade=False)
+        onset = int(np.flatnonzero(np.abs(at_mic) > 0.01 * np.abs(at_mic).max())[0])
+        onsets = []
+        for at in np.arange(self.reply[0] + 2 * RATE, self.reply[1] - 4 * RATE, every_s * RATE):
+            call = int(at * self.drift.ratio) // PERIOD  # the microphone's callback at that time
+            self.says[call] = speech
+            onsets.append(call * PERIOD + onset)
+        return onsets
 
     def erle(self) -> np.ndarray:
         """Per second of the reply with echo in it: the microphone's power over the listener's output
@@ -173,3 +205,22 @@ def test_two_clocks_keep_the_echo_cancelled(voice, ppm):
     assert erle.min() > ERLE_DB, erle
     assert run.near_verdicts == 0
     assert run.speaker.interrupts == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the canceller takes the drift's slide for a path change every 2 s or so "
+                   "and expects its prior's echo while it relearns: onsets in that second are heard late")
+def test_a_user_over_a_drifting_echo_is_heard_within_the_bound(voice, tmp_path):
+    """A user 5 dB below the echo, every 4 s of a 40 s reply (nine onsets, each at another point of
+    the drift), at +100 ppm: each onset is heard (the first barge-in verdict) within HEARD_WITHIN_MS.
+    Measured: on one clock 75 to 150 ms at each; at +100 ppm 779 and 598 ms at two of the nine (-100 ppm:
+    758 and 737), and 1.7 s at an onset 10 s into the reply: the verdicts that came while the canceller
+    relearned after taking the slide for a path change (15 such at -100 ppm over the 40 s, 3 on one
+    clock)."""
+    run = Run(100, voice, seconds=40)
+    onsets = run.user(espeak(USER, tmp_path, "en-us+f2"), 5, 4.0)
+    run.run()
+    verdicts = np.array(run.verdicts)
+    heard = [int(verdicts[verdicts >= onset][0] - onset) * 1000 // RATE if (verdicts >= onset).any() else None
+             for onset in onsets]
+    print(f"\n+100 ppm: onset -> first barge-in verdict, ms: {heard}")
+    assert all(ms is not None and ms <= HEARD_WITHIN_MS for ms in heard), heard

@@ -28,10 +28,11 @@ import time
 
 import numpy as np
 import pytest
+from support.barge import TEXT, Setup, barge_in, last_sound, starts, vad_line
 from support.patchbay import audio_rig, espeak, quiet, wait_recorded
-from support.room import FORECAST, Room, active_rms, at_voice_level
+from support.room import FORECAST, Room, at_voice_level
 from support.room_rig import RoomRig
-from support.takes import Takes, settle
+from support.takes import settle
 
 if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
     pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
@@ -42,18 +43,7 @@ SILENT_WITHIN_MS = 500
 """The user's onset at the microphone -> the reply's last sample out of the loudspeaker (the README's bound)."""
 NEXT_REPLY_ERLE_DB = 20.0
 """The echo of a reply after a barge-in, at its start, against the residual the VAD hears."""
-TEXT = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
 USER = "Wait, stop, I have a question about Thursday."
-
-
-class Setup:
-    def __init__(self, daemon, bay, sub, client, rig: RoomRig, voice: str, user: np.ndarray) -> None:
-        self.daemon, self.bay, self.sub, self.client, self.rig = daemon, bay, sub, client, rig
-        self.voice, self.user = voice, user
-
-    def takes(self) -> Takes:
-        """Taken again after an audio-server xrun; the speaker must not underrun without one."""
-        return Takes(lambda: self.bay.xruns, lambda: self.client.status()["audio"]["output"]["underruns"])
 
 
 @pytest.fixture(scope="module", params=["speech", "babble"])
@@ -73,10 +63,6 @@ def room(request, jack_server, tmp_path_factory):
         settle(lambda: bay.xruns)
         yield setup
         rig.close()
-
-
-def starts(sub) -> list[dict]:
-    return [e for e in sub.of("vad") if e["state"] == "start"]
 
 
 def refusals_seen(client, sub, before: int) -> bool:
@@ -120,43 +106,6 @@ def test_replies_are_never_cut_by_their_own_echo(room):
                 assert refusals_seen(client, sub, refusals), (step, starts(sub))
     status = client.status()["audio"]["input"]  # (a take retaken after an xrun may have barged in)
     assert status["echo_erle_db"] > 30, status
-
-
-def vad_line(sub) -> list[tuple]:
-    """The VAD's decisions, short: (state, mic_sample, near_end, behind_ms)."""
-    return [(e["state"], e["mic_sample"], e["near_end"], e["behind_ms"]) for e in sub.of("vad")]
-
-
-def barge_in(room, below_db: float, session: str):
-    """A reply, and the user speaking `below_db` under its echo once 3 s of it have played; returns
-    (the reply's done, its start in the recording, the user's onset at the microphone as a JACK frame,
-    the last mic event published before the user spoke)."""
-    bay, client, rig = room.bay, room.client, room.rig
-    quiet(client, rig)
-    room.sub.clear()
-    mark = bay.mark()
-    utt = client.speak(TEXT, max_audio_ms=8000, session=session)
-    start = wait_recorded(bay, mark, 3 * RATE)
-    echo_rms = active_rms(bay.rec[start:start + 3 * RATE])  # the daemon's output: the echo path has unit energy
-    said_at = room.sub.of("mic")[-1]
-    onset = rig.say(room.user, below_db, echo_rms)
-    done = utt.wait()
-    while rig.voice_frame < 0:
-        time.sleep(0.01)
-    return done, start, rig.voice_frame + onset, said_at
-
-
-def last_sound(bay, start: int) -> int:
-    """The recording index after the reply's last sample, once a second of silence follows it."""
-    deadline = time.monotonic() + 10
-    while True:
-        pos = bay.pos
-        sound = np.flatnonzero(bay.rec[start:pos])
-        end = start + int(sound[-1]) + 1
-        if pos - end >= RATE:
-            return end
-        assert time.monotonic() < deadline, "the reply's output never went silent"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("below_db", [5, 10])

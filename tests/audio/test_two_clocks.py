@@ -16,8 +16,8 @@ need, is tests/audio/test_reference_clocks.py's). What is shown, on the audio cl
 2. then a user 5 dB below the echo, speaking 3 s into a reply, silences it within SILENT_WITHIN_MS
    of the user's onset at the microphone. Not always yet (an expected failure): the drift reopens the
    canceller's uncertainty every 2 s or so, and the echo it expects while it relearns hides a user
-   whose onset falls then (1774 ms in one run, 294 ms in another; offline and deterministic in
-   tests/audio/test_reference_clocks.py).
+   whose onset falls then (1318 and 1774 ms in two of three runs, 294 ms in the third; offline and
+   deterministic in tests/audio/test_reference_clocks.py).
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def test_a_long_reply_keeps_its_echo_cancelled(room):
 
 @pytest.mark.xfail(strict=False, reason="with a drifting microphone the canceller takes the slide for a path change "
                    "every 2 s or so and expects its prior's echo while it relearns: a user whose onset falls then "
-                   "is heard late (1.8 s here once, 294 ms another time; test_reference_clocks.py shows it offline)")
+                   "is heard late (1318 and 1774 ms in two of three runs, 294 in the third; test_reference_clocks.py "
+                   "shows it offline)")
 def test_user_below_the_echo_silences_the_reply(room):
     bay, rig = room.bay, room.rig
     for take in room.takes():

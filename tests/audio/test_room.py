@@ -27,16 +27,12 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import pytest
-from support.patchbay import audio_rig, espeak, quiet, wait_recorded
-from support.room import FORECAST, Room, active_rms, at_voice_level
-from support.room_rig import RoomRig
-from support.takes import Takes, settle
+from support.barge import TEXT, barge_in, last_sound, speaking_room, starts, vad_line
+from support.patchbay import quiet, wait_recorded
+from support.room import Room
 
 if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
     pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
@@ -47,58 +43,24 @@ SILENT_WITHIN_MS = 500
 """The user's onset at the microphone -> the reply's last sample out of the loudspeaker (the README's bound)."""
 NEXT_REPLY_ERLE_DB = 20.0
 """The echo of a reply after a barge-in, at its start, against the residual the VAD hears."""
-TEXT = "Hello there, this is a test of the speaker in a room, and it goes on for quite a while longer."
 USER = "Wait, stop, I have a question about Thursday."
 LOUD_ECHO = 10.0
 """The echo's gain at the microphone in `loud_room`: 20 dB above `room`'s (the volume turned up, or
 the microphone nearer the cone), more than the canceller's prior allows an unlearned room to give."""
 
 
-class Setup:
-    def __init__(self, daemon, bay, sub, client, rig: RoomRig, user: np.ndarray) -> None:
-        self.daemon, self.bay, self.sub, self.client, self.rig = daemon, bay, sub, client, rig
-        self.user = user
-
-    def takes(self) -> Takes:
-        """Taken again after an audio-server xrun; the speaker must not underrun without one."""
-        return Takes(lambda: self.bay.xruns, lambda: self.client.status()["audio"]["output"]["underruns"])
-
-
-@contextmanager
-def speaking_room(server: str, tmp: Path, room: Room, *, echo_gain: float = 1.0) -> Iterator[Setup]:
-    """A daemon booted with espeak-ng speech as its voice, in `room` on JACK server `server`."""
-    voice = tmp / "voice.npy"
-    np.save(voice, at_voice_level(espeak(FORECAST, tmp)))
-    with audio_rig(server, tmp, "lost_after_ms = 5000\n", voice=voice) as (daemon, bay, sub, client, _):
-        audio = client.status()["audio"]
-        latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
-        rig = RoomRig(server, room, latency=latency, echo_gain=echo_gain)
-        bay.patch(record=True)
-        rig.connect(*bay.daemon_ports())
-        setup = Setup(daemon, bay, sub, client, rig, espeak(USER, tmp, "en-us+f2"))
-        settle(lambda: bay.xruns)
-        try:
-            yield setup
-        finally:
-            rig.close()
-
-
 @pytest.fixture(scope="module")
 def room(jack_server, tmp_path_factory):
-    with speaking_room(jack_server.name, tmp_path_factory.mktemp("room"), Room(0.5, seed=1)) as setup:
+    with speaking_room(jack_server.name, tmp_path_factory.mktemp("room"), Room(0.5, seed=1), USER) as setup:
         yield setup
 
 
 @pytest.fixture
 def loud_room(jack_server, tmp_path_factory):
     """Its own daemon, gone before `room`'s boots (one PortAudio client on the server at a time)."""
-    with speaking_room(jack_server.name, tmp_path_factory.mktemp("loud-room"), Room(0.5, seed=1),
+    with speaking_room(jack_server.name, tmp_path_factory.mktemp("loud-room"), Room(0.5, seed=1), USER,
                        echo_gain=LOUD_ECHO) as setup:
         yield setup
-
-
-def starts(sub) -> list[dict]:
-    return [e for e in sub.of("vad") if e["state"] == "start"]
 
 
 def refusals_seen(client, sub, before: int) -> bool:
@@ -157,43 +119,6 @@ def test_replies_are_never_cut_by_their_own_echo(room):
                 assert refusals_seen(client, sub, refusals), (step, starts(sub))
     status = client.status()["audio"]["input"]  # (a take retaken after an xrun may have barged in)
     assert status["echo_erle_db"] > 30, status
-
-
-def vad_line(sub) -> list[tuple]:
-    """The VAD's decisions, short: (state, mic_sample, near_end, behind_ms)."""
-    return [(e["state"], e["mic_sample"], e["near_end"], e["behind_ms"]) for e in sub.of("vad")]
-
-
-def barge_in(room, below_db: float, session: str):
-    """A reply, and the user speaking `below_db` under its echo once 3 s of it have played; returns
-    (the reply's done, its start in the recording, the user's onset at the microphone as a JACK frame,
-    the last mic event published before the user spoke)."""
-    bay, client, rig = room.bay, room.client, room.rig
-    quiet(client, rig)
-    room.sub.clear()
-    mark = bay.mark()
-    utt = client.speak(TEXT, max_audio_ms=8000, session=session)
-    start = wait_recorded(bay, mark, 3 * RATE)
-    echo_rms = active_rms(bay.rec[start:start + 3 * RATE])  # the daemon's output: the echo path has unit energy
-    said_at = room.sub.of("mic")[-1]
-    onset = rig.say(room.user, below_db, echo_rms)
-    done = utt.wait()
-    while rig.voice_frame < 0:
-        time.sleep(0.01)
-    return done, start, rig.voice_frame + onset, said_at
-
-
-def last_sound(bay, start: int) -> int:
-    """The recording index after the reply's last sample, once a second of silence follows it."""
-    deadline = time.monotonic() + 10
-    while True:
-        pos = bay.pos
-        sound = np.flatnonzero(bay.rec[start:pos])
-        end = start + int(sound[-1]) + 1
-        if pos - end >= RATE:
-            return end
-        assert time.monotonic() < deadline, "the reply's output never went silent"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("below_db", [5, 10])

@@ -3,11 +3,21 @@
 Its `speaker` input takes what the daemon's speaker plays; its `mic` output is what a microphone 6.7 cm
 from that loudspeaker would hear (`support.room.RoomMic`: a mildly clipping loudspeaker, the room's
 impulse response by partitioned FFT convolution, a user's voice through its own path, microphone
-noise), delayed by the device's DAC and ADC latency as the daemon's PortAudio streams report them, so
-the daemon meets the echo where a real device would put it. `echo_gain` sets the echo's level (1: the
-daemon's voice level at the microphone; louder is the volume turned up). `say` starts a user speaking, at a level
-below the echo's (at unit echo gain); `move` changes the echo path (someone moved); `enter` puts the device in another room.
-Positions are JACK frame times (`client.last_frame_time`), the clock the patchbay records on too.
+noise), delayed by the device's DAC and ADC latency as the daemon's PortAudio streams report them
+(`latency`), so the daemon meets the echo where a real device would put it. `echo_gain` sets the
+echo's level (1: the daemon's voice level at the microphone; louder is the volume turned up). `say`
+starts a user speaking, at a level below the echo's (at unit echo gain); `move` changes the echo path
+(someone moved); `enter` puts the device in another room. Positions are JACK frame times
+(`client.last_frame_time`), the clock the patchbay records on too.
+
+Two ways a device may differ from what the daemon is told, each off unless asked for:
+- `echo_latency`: the echo's delay before the room when the reported latency is wrong (a USB or HDMI
+  path's buffering that PortAudio does not see); `latency` stays what the daemon reports.
+- `drift_ppm`: the microphone's clock samples that many parts per million faster (slower, below zero)
+  than the speaker's plays: the loudspeaker's output goes through `support.drift.Drift` (a streaming
+  resampler and FIFO giving exactly a cycle's samples) before the room. Its FIFO's silence is part of
+  `echo_latency` (which must be at least DRIFT_DELAY then), and the echo's delay grows (or
+  shrinks) by the drift from there on: `echo_delay()`.
 """
 
 from __future__ import annotations
@@ -15,22 +25,35 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from support.drift import Drift
 from support.room import Room, RoomMic, active_rms, convolve
 
 RATE = 24000
+DRIFT_DELAY = 1024
+"""The drift's FIFO starts with this much silence: soxr gives about 800 samples every third cycle, and
+a cycle's pull follows its push (support/drift.py's default allows for two pulls in a row)."""
 
 
 class RoomRig:
     def __init__(self, server: str, room: Room, *, latency: int, period: int = 256, seed: int = 0,
-                 seconds: float = 300.0, echo_gain: float = 1.0) -> None:
+                 seconds: float = 300.0, echo_latency: int | None = None, drift_ppm: float = 0.0,
+                 echo_gain: float = 1.0) -> None:
         import jack
 
         self.client = jack.Client("edged-room", no_start_server=True, servername=server)
         self.speaker_port = self.client.inports.register("speaker")
         self.mic_port = self.client.outports.register("mic")
         self.period = period
-        self.line = np.zeros(latency + period, dtype=np.float32)
-        """The device's latency: the loudspeaker plays what the daemon wrote `latency` samples ago."""
+        self.echo_latency = latency if echo_latency is None else echo_latency
+        self.drift: Drift | None = None
+        line = self.echo_latency
+        if drift_ppm:
+            assert line >= DRIFT_DELAY, f"an echo latency of {line} samples is shorter than the drift's FIFO ({DRIFT_DELAY})"
+            self.drift, line = Drift(drift_ppm, delay=DRIFT_DELAY), line - DRIFT_DELAY
+            self.drifted = np.zeros(period, dtype=np.float32)
+        self.line = np.zeros(line + period, dtype=np.float32)
+        """The device's latency: the loudspeaker plays what the daemon wrote `echo_latency` samples ago
+        (the drift's FIFO taking its share)."""
         self.seed, self.echo_gain = seed, echo_gain
         self.room = RoomMic(room, period, seed=seed, echo_gain=echo_gain)
         self.voice_frame = -1
@@ -50,7 +73,12 @@ class RoomRig:
         room = self.room
         starting = room.voice is not None and room.voice_pos == 0
         mic = self.mic_port.get_array()
-        mic[:] = room(line[:frames])
+        played = line[:frames]
+        if self.drift is not None:
+            self.drift.push(played)
+            self.drift.pull(self.drifted[:frames])
+            played = self.drifted[:frames]
+        mic[:] = room(played)
         now = self.client.last_frame_time
         if starting:
             self.voice_frame = now
@@ -58,6 +86,13 @@ class RoomRig:
             self.rec[self.pos:self.pos + frames] = mic
             self.cycle_frames[self.pos // self.period] = now
         self.pos += frames
+
+    def echo_delay(self) -> float:
+        """Samples from the daemon's output to the loudspeaker's sound in the microphone now (before
+        the room's own delay): `echo_latency`, and the drift so far."""
+        if self.drift is None:
+            return float(self.echo_latency)
+        return len(self.line) - self.period + self.drift.echo_delay()
 
     def index_of(self, frame: int) -> int:
         """Where JACK frame time `frame` lies in `rec` (in a cycle it recorded)."""

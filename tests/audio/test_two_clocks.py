@@ -1,0 +1,98 @@
+"""The real daemon in a room whose microphone runs on its own clock and whose echo comes later than
+the daemon is told: a USB microphone beside an I2S or HDMI loudspeaker.
+
+The room rig of tests/audio/test_room.py (JACK's dummy backend, the room of Room(0.5, seed=1),
+espeak-ng speech as the daemon's voice), with its microphone sampling DRIFT_PPM faster than the
+speaker plays (tests/support/drift.py: a streaming resampler between the loudspeaker and the room)
+and the echo arriving LATE_MS after the output and input latency PortAudio reports. On one JACK
+clock the daemon's two taps advance together, so it is the canceller that must follow an echo whose
+delay grows 2.4 samples a second (the listener's realignment, which two taps at different rates
+need, is tests/audio/test_reference_clocks.py's). What is shown, on the audio clock:
+
+1. 60 s of replies of speech (two of 30 s, queued back to back) end on their own, played whole, and
+   no VAD start on them is taken for the user; the canceller's ERLE, sampled every 2 s, stays above
+   ERLE_DB after its first 2 s; the delay search found the echo where it is (`echo_alignments`,
+   `echo_delay_ms` within DELAY_WITHIN_MS of the rig's delay, the room's and JACK's loop cycle);
+2. not yet: a user over a reply with a drifting microphone is heard within the bound. The drift
+   reopens the canceller's uncertainty every 2 s or so, and the echo it expects while it relearns
+   hides a user whose onset falls then (here 294, 1318 and 1774 ms after the onset in three runs);
+   tests/audio/test_reference_clocks.py holds it offline and deterministic, as an expected failure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import numpy as np
+import pytest
+from support.barge import TEXT, speaking_room, starts
+from support.patchbay import wait_recorded
+from support.room import Room
+
+if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
+    pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
+pytest.importorskip("pyroomacoustics")
+
+RATE = 24000
+DRIFT_PPM = 100.0
+LATE_MS = 30
+"""The echo comes this much later than the reported latency puts it."""
+REPLY_S = 60
+REPLIES = 2
+"""The 60 s are two replies of 30 s, queued: the built-in model's KV cache (max_seq 512) holds at most
+about 36 s of one reply. The speaker plays them back to back, so the echo is speech throughout."""
+ERLE_DB = 10.0
+"""Measured over two takes: the least 2 s sample 13.7 and 15.2 dB (most 20 to 40). On one clock the same
+room holds 39 to 49 dB (tests/audio/test_reference_clocks.py's figures at 0 ppm): the canceller follows
+an echo that slides 2.4 samples a second only in part, and reopens its uncertainty every 2 s or so,
+taking the slide for a path change. With the delay search off, the echo 30 ms late lies past the
+filter's lead and the canceller holds next to nothing."""
+DELAY_WITHIN_MS = 3.0
+USER = "Wait, stop, I have a question about Thursday."
+
+
+@pytest.fixture(scope="module")
+def room(jack_server, tmp_path_factory):
+    with speaking_room(jack_server.name, tmp_path_factory.mktemp("two-clocks"), Room(0.5, seed=1), USER,
+                       seconds=REPLY_S // REPLIES + 2, echo_late=LATE_MS * RATE // 1000,
+                       drift_ppm=DRIFT_PPM) as setup:
+        yield setup
+
+
+def test_a_long_reply_keeps_its_echo_cancelled(room):
+    bay, sub, client, rig = room.bay, room.sub, room.client, room.rig
+    direct = int(np.argmax(np.abs(rig.room.paths.speaker)))  # the room's own delay to the direct path
+    for take in room.takes():
+        with take:
+            sub.clear()
+            mark = bay.mark()
+            utts = [client.speak(TEXT, max_audio_ms=REPLY_S * 1000 // REPLIES, session=f"long-{take.attempt}-{i}")
+                    for i in range(REPLIES)]
+            utt = utts[-1]
+            start = wait_recorded(bay, mark, 1, timeout=30)
+            erle: list[tuple[float, float]] = []
+            while True:
+                client.poll()
+                if utt.over:
+                    break
+                erle.append(((bay.pos - start) / RATE, client.status()["audio"]["input"]["echo_erle_db"]))
+                time.sleep(2)
+            dones = [u.wait() for u in utts]
+            audio = client.status()["audio"]["input"]
+            # the graph's loop (daemon -> room -> daemon) is closed by JACK a cycle late
+            truth_ms = (rig.echo_delay() + direct + rig.period) * 1000 / RATE
+            print(f"\nERLE (s, dB): {erle}\necho_delay_ms {audio['echo_delay_ms']} (the echo at {truth_ms:.2f}), "
+                  f"alignments {audio['echo_alignments']}, path changes {audio['echo_path_changes']}")
+            for done in dones:
+                assert done.reason == "length", done.report
+                assert done.report["played_ms"] == done.report["audio_ms"] >= REPLY_S * 1000 // REPLIES - 100, done.report
+            sound = np.flatnonzero(np.abs(bay.rec[start:bay.pos]) > 1e-3)
+            gaps = np.diff(sound).max() / RATE  # the longest pause of the voice: no gap between the replies
+            assert sound[-1] / RATE >= REPLY_S - 1 and gaps < 1, (sound[-1] / RATE, gaps)
+            assert [e for e in starts(sub) if e["near_end"]] == [], starts(sub)
+            held = [db for t, db in erle if t > 2]
+            assert len(held) >= REPLY_S // 2 - 4 and min(held) > ERLE_DB, erle
+            assert audio["echo_alignments"] > 0, audio
+            assert abs(audio["echo_delay_ms"] - truth_ms) <= DELAY_WITHIN_MS, (audio["echo_delay_ms"], truth_ms)
+

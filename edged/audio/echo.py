@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edged.audio.slide import HALF, Slide
+
 TAIL_S = 0.3
 """Echo the filter spans after the direct path: the energy of a 0.5 s room beyond 300 ms is 50 dB down."""
 LEAD_BLOCKS = 2
@@ -141,6 +143,9 @@ class EchoCanceller:
         """How uncertain each tap is before anything is learned: the echo a room may have, its direct
         path in partition `direct`: where the latency puts it, or where the delay search found it."""
         self.psi = np.zeros(bins)
+        self.slide = Slide(b, bins)
+        """The echo's delay sliding with two clocks, taken out of the reference (edged/audio/slide.py)."""
+        self.frame = np.zeros(2 * b, dtype=np.float32)
         self.err = np.zeros(2 * b)
         self.window = np.sqrt(np.hanning(2 * b + 1)[:-1])  # periodic sqrt-Hann
         self.res_frame = np.zeros(2 * b)
@@ -177,6 +182,7 @@ class EchoCanceller:
             a[:] = 0.0
         lag = max(0, self.latency - LEAD_BLOCKS * self.block)
         self._restart(lag, (self.latency - lag) // self.block)
+        self.slide.reset()
         self.blocks = self.sound_blocks = 0
         self.lags_found = 0
         self.path_changes = 0
@@ -204,6 +210,7 @@ class EchoCanceller:
 
     def _restart(self, lag: int, direct: int) -> None:
         self.lag = lag
+        self.slide.forget()
         self.direct, self.prior = direct, self._prior(direct)
         self.spectra[:] = 0.0
         self.w[:] = 0.0
@@ -219,10 +226,20 @@ class EchoCanceller:
         """The reference stream moved by `samples` against the microphone (the listener realigned
         it): move the lag with it and keep the learned filter, when the lag stays in range."""
         lag = self.lag + samples
+        self.slide.forget()  # the filter relearns the history the jump misaligned: no move of the echo
         if 0 <= lag <= self.max_lag:
             self.lag = lag
         else:
             self._restart(min(max(lag, 0), self.max_lag), LEAD_BLOCKS)
+
+    def _follow_slide(self) -> None:
+        """The reference's fractional delay moves on by the slide's rate, its whole samples into the
+        lag; where the lag cannot move (at its bounds, or too short to read ahead of) it stays put."""
+        lag = self.lag + self.slide.advance()
+        if HALF - 1 <= lag <= self.max_lag:
+            self.lag = lag
+        else:
+            self.slide.frac = 0.0
 
     def near_end(self) -> bool:
         """The last block's output stands NEAR_DB above the residual echo expected in it."""
@@ -239,15 +256,16 @@ class EchoCanceller:
         self.ref_hist[:-b] = self.ref_hist[b:]
         self.ref_hist[-b:] = ref
         self.blocks += 1
-        end = len(self.ref) - self.lag
-        frame = self.ref[end - 2 * b:end]
+        self._follow_slide()
+        frame = self.frame
+        self.slide.frame(self.ref, len(self.ref) - self.lag, frame)
         sound = float(np.dot(frame[b:], frame[b:])) > 1e-7 * b
         if sound:
             self.sound_blocks += 1
             if self.sound_blocks % self.every == 0:
+                self.slide.measure(self.w, self.blocks)
                 self._search_lag()
-                end = len(self.ref) - self.lag
-                frame = self.ref[end - 2 * b:end]
+                self.slide.frame(self.ref, len(self.ref) - self.lag, frame)
 
         # the filter: echo estimate and residual (overlap-save)
         self.head = (self.head - 1) % k
@@ -427,4 +445,4 @@ class EchoCanceller:
     def echo_delay(self) -> int:
         """Samples from the reference to the echo's strongest tap (the lag and the filter's peak)."""
         taps = np.fft.irfft(self.w, 2 * self.block, axis=1)[:, :self.block]
-        return self.lag + int(np.argmax(np.abs(taps).ravel()))
+        return self.lag + round(self.slide.frac) + int(np.argmax(np.abs(taps).ravel()))

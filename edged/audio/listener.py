@@ -330,5 +330,6 @@ class Listener:
                        echo_delay_ms=round(self.echo.echo_delay() * 1000 / mic.rate, 2) if self.echo is not None else None,
                        echo_alignments=self.echo.lags_found if self.echo is not None else 0,
                        echo_path_changes=self.echo.path_changes if self.echo is not None else 0,
+                       echo_drift_ppm=round(self.echo.slide.rate / self.echo.block * 1e6, 1) if self.echo is not None else None,
                        reference_offset=self.ref_offset)
         return out

@@ -3,7 +3,7 @@ and would the listener's near-end gate take that speech for the user (the reply 
 And how soon is a user heard over the first reply after boot?
 
     .venv/bin/python scripts/bench/echo_timings.py [--steps boot moved drier back] [--delays 640:1280:16]
-        [--offsets 0:224:32] [--latency 768]
+        [--offsets 0:224:32] [--latency 768] [--echo-gain 1]
     .venv/bin/python scripts/bench/echo_timings.py --user 10 5 [--user-at 3 0.2] [--delays ...] [--offsets ...]
 
 The reply is test_room's: espeak-ng speech of `support.room.FORECAST` at its VOICE_DBFS, 10 s, played after 1 s of
@@ -96,19 +96,20 @@ class Replay:
 
 
 def walk(reply: np.ndarray, steps: list[str], delay: int, offset: int,
-         latency: int) -> list[list[tuple[float, float, bool]]]:
+         latency: int, echo_gain: float = 1.0) -> list[list[tuple[float, float, bool]]]:
     """Per step, the VAD starts on its reply: (seconds into the reply, the gate's margin in dB at the
     start, whether the listener's barge-in verdict held on any frame of that speech: the reply cut)."""
     replay = Replay(latency)
     rank = replay.window - int(np.ceil(NEAR_END_SHARE * replay.window))  # sorted ascending: the share's worst block
     line = np.zeros(delay + BLOCK, np.float32)
-    mic = RoomMic(Room(0.5, seed=1), BLOCK, seed=0)
+    mic = RoomMic(Room(0.5, seed=1), BLOCK, seed=0, echo_gain=echo_gain)
     found = []
     for step in steps:
         if step == "moved":
             mic.move()
         elif step != "boot":
-            mic = RoomMic(Room(0.25, seed=2) if step == "drier" else Room(0.5, seed=1), BLOCK, seed=0)
+            mic = RoomMic(Room(0.25, seed=2) if step == "drier" else Room(0.5, seed=1), BLOCK, seed=0,
+                          echo_gain=echo_gain)
         lead = int(GAP_S * RATE) + offset
         play = np.concatenate([np.zeros(lead, np.float32), reply])
         margins, starts = [], []
@@ -168,6 +169,8 @@ def main() -> int:
     p.add_argument("--delays", type=span, default=span("640:1280:16"), help="FIRST:LAST:STEP samples")
     p.add_argument("--offsets", type=span, default=span("0:224:32"), help="FIRST:LAST:STEP samples")
     p.add_argument("--latency", type=int, default=768, help="the latency the canceller is told (samples)")
+    p.add_argument("--echo-gain", type=float, default=1.0,
+                   help="the echo's gain at the microphone (10: 20 dB louder, test_room's loud_room)")
     p.add_argument("--user", type=float, nargs="+", metavar="DB",
                    help="instead: the user DB below the echo over the first reply after boot, at each --user-at")
     p.add_argument("--user-at", type=float, nargs="+", default=[3.0, 0.2], metavar="S",
@@ -184,7 +187,7 @@ def main() -> int:
     closest = float("-inf")
     for delay in args.delays:
         for offset in args.offsets:
-            found = walk(reply, args.steps, delay, offset, args.latency)
+            found = walk(reply, args.steps, delay, offset, args.latency, args.echo_gain)
             timings += 1
             for step, got in zip(args.steps, found):
                 for t, margin, taken in got:

@@ -18,9 +18,9 @@ Over 60 s of speech (espeak-ng's FORECAST at the voice's level, looped):
 - the canceller measures the drift (its slide, edged/audio/slide.py) within DRIFT_WITHIN_PPM and takes
   it out of the reference: its ERLE (the microphone's power over the listener's output, per second
   of echo) stays above ERLE_DB after the first seconds and above HELD_ERLE_DB in nine seconds of ten;
-- the echo alone never barges in (the speaker is never interrupted). The gate alone (`near_end_met`)
-  was met for 3 blocks at a sustained vowel's onset 36.8 s in at -100 ppm, where on one clock it is
-  met for 2 of the 6 its share needs: the VAD did not start there;
+- the echo alone never barges in (the speaker is never interrupted), and meets the gate alone
+  (`near_end_met`) on fewer than ECHO_MET_BLOCKS blocks: at -100 ppm on 4, at a sustained vowel's
+  onset 36.8 s in, where the VAD did not start;
 - a user 5 dB below the echo is heard within HEARD_WITHIN_MS at every onset (the slide not taken
   out: 598 and 779 ms at two of nine, as the canceller relearned after taking it for a path change).
 """
@@ -60,6 +60,10 @@ that stands still (measured 32.6 dB at +100 ppm, 39.5 at -100; one clock: 39.5).
 canceller follows the slide only in part and takes it for a path change every 2 s or so: about 17."""
 DRIFT_WITHIN_PPM = 2.0
 """The slide the canceller measures (`EchoCanceller.slide.rate`) against the drift: 99.5 and -100.0 ppm."""
+ECHO_MET_BLOCKS = 6
+"""The echo alone meets the gate (`near_end_met`) on fewer blocks than a VAD start spans over 60 s
+(`vad.min_speech_ms`, 64 ms: 6 blocks): 0 at +100 ppm, 4 at -100 (a sustained vowel's onset 36.8 s
+in); with the canceller's lag left where it was at the realignment (`shift` a no-op), 29 at +100."""
 HEARD_WITHIN_MS = 400
 """The user's onset at the microphone -> the listener's first barge-in verdict: the README's 500 ms
 less the speaker's stop and the DAC's latency."""
@@ -213,7 +217,7 @@ def test_two_clocks_keep_the_echo_cancelled(voice, ppm):
         assert run.shifts == 0 and run.offsets[-1] == begin, (run.shifts, begin, run.offsets[-1])
     assert erle.min() > ERLE_DB and np.percentile(erle, 10) > HELD_ERLE_DB, erle
     assert abs(run.listener.echo.slide.rate / PERIOD * 1e6 - ppm) < DRIFT_WITHIN_PPM, run.listener.echo.slide.rate
-    assert run.speaker.interrupts == 0
+    assert run.speaker.interrupts == 0 and run.near_verdicts < ECHO_MET_BLOCKS, run.near_verdicts
 
 
 @pytest.mark.parametrize("ppm", [100, -100])

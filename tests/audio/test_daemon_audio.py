@@ -24,17 +24,25 @@ first test and waits for the audio to stay free of glitches (the load of the dae
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
-from support.patchbay import TEXT, audio_rig, heard, mic_after, onset_in_mic, quiet, reply_start, wait_pos, wait_recorded
+from support.patchbay import (
+    TEXT,
+    audio_rig,
+    heard,
+    mic_after,
+    need_jack_and_espeak,
+    onset_in_mic,
+    quiet,
+    reply_start,
+    wait_pos,
+    wait_recorded,
+)
 from support.takes import Takes, settle
 
 from edged.history.text import units
 
-if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
-    pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
+need_jack_and_espeak()
 
 RATE = 24000
 PERIOD = 256

@@ -22,17 +22,15 @@ need, is tests/audio/test_reference_clocks.py's). What is shown, on the audio cl
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import numpy as np
 import pytest
 from support.barge import TEXT, barge_in, last_sound, speaking_room, starts, vad_line
-from support.patchbay import wait_recorded
+from support.patchbay import need_jack_and_espeak, wait_recorded
 from support.room import Room
 
-if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
-    pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)", allow_module_level=True)
+need_jack_and_espeak()
 pytest.importorskip("pyroomacoustics")
 
 RATE = 24000

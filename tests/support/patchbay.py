@@ -4,6 +4,7 @@ speech from espeak-ng (`espeak`); `audio_rig` puts them around one daemon."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 import time
@@ -14,10 +15,18 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
 import zmq
 from support.daemon import Daemon
 
 from edged.client import Client
+
+
+def need_jack_and_espeak() -> None:
+    """Skips the calling test module where the audio server or the speaking voice is missing."""
+    if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
+        pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)",
+                    allow_module_level=True)
 
 RATE = 24000
 TEXT = "Hello there, this is a test of the speaker, and it goes on for a while."

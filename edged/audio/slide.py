@@ -25,7 +25,8 @@ GAIN = 0.5
 """Share of a measured move taken into the rate at once: the rate settles within a few seconds and
 a measurement's noise (the filter relearning, a user's voice) moves it little."""
 MAX_PPM = 500.0
-"""The most two audio clocks are taken to differ by: a measured rate beyond it is clipped."""
+"""The most two audio clocks are taken to differ by: a measured move faster than it is no slide (left
+to the filter), and the rate is held within it."""
 SAME = 0.9
 """A move is a slide only when the taps kept their shape: over the low bins, their magnitudes agree
 this well with the last measurement's (a path change or a filter relearning the room is no slide)."""

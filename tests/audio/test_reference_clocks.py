@@ -61,7 +61,7 @@ canceller follows the slide only in part and takes it for a path change every 2 
 DRIFT_WITHIN_PPM = 2.0
 """The slide the canceller measures (`EchoCanceller.slide.rate`) against the drift: 99.5 and -100.0 ppm."""
 ECHO_MET_BLOCKS = 6
-"""The echo alone meets the gate (`near_end_met`) on fewer blocks than a VAD start spans over 60 s
+"""Over 60 s, the echo alone meets the gate (`near_end_met`) on fewer blocks than a VAD start spans
 (`vad.min_speech_ms`, 64 ms: 6 blocks): 0 at +100 ppm, 4 at -100 (a sustained vowel's onset 36.8 s
 in); with the canceller's lag left where it was at the realignment (`shift` a no-op), 29 at +100."""
 HEARD_WITHIN_MS = 400

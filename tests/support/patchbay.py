@@ -15,7 +15,6 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
-import pytest
 import zmq
 from support.daemon import Daemon
 
@@ -25,6 +24,8 @@ from edged.client import Client
 def need_jack_and_espeak() -> None:
     """Skips the calling test module where the audio server or the speaking voice is missing."""
     if shutil.which("jackd") is None or shutil.which("espeak-ng") is None:
+        import pytest  # here: the benchmarks under scripts/ use this module without pytest
+
         pytest.skip("jackd and espeak-ng are needed (scripts/install-system-deps.sh installs them)",
                     allow_module_level=True)
 

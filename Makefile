@@ -36,8 +36,11 @@ run: install
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# The suite on TEST_WORKERS pytest-xdist workers: a module's tests stay on one worker, the audio tests
+# (paced by JACK's clock) on one worker one at a time (tests/conftest.py); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: system-deps install-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: install-dev
 	BIN=$(BIN) bash scripts/lint.sh

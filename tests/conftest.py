@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random checkpoints built with the reference classes, and their artifacts.
 
-Building and exporting take seconds each, so both are cached for the whole test session.
+Building and exporting take seconds each, so both are built once per test run, in a directory every
+pytest-xdist worker shares (support/built_once.py), and kept in memory per worker.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from support.built_once import built_once, shared_root
 
 # Tests never reach a model hub; every checkpoint here is a local directory.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,9 +24,22 @@ if importlib.util.find_spec("torch") is not None:
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Work units for pytest-xdist (`make test` runs `--dist loadgroup`): a module's tests stay on one
+    worker, so its module fixtures are built once; every test under tests/audio runs on one worker, one
+    at a time: they share JACK's server registry and are paced by its clock."""
+    audio = Path(__file__).parent / "audio"
+    for item in items:
+        group = "audio" if item.path.is_relative_to(audio) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("engines")
+    out = shared_root(tmp_path_factory.getbasetemp()) / "engines"
+    out.mkdir(exist_ok=True)
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +54,8 @@ def checkpoints(build_dir):
         key = (variant, seed, kind)
         if key not in cache:
             suffix = "" if kind == "custom_voice" else f"-{kind}"
-            cache[key] = build_tiny(build_dir / f"ckpt-v{variant}-s{seed}{suffix}", seed, variant, kind=kind)
+            cache[key] = built_once(build_dir / f"ckpt-v{variant}-s{seed}{suffix}",
+                                    lambda out: build_tiny(out, seed, variant, kind=kind))
         return cache[key]
 
     return get
@@ -56,8 +72,8 @@ def artifacts(build_dir, checkpoints):
         key = (variant, seed, kind)
         if key not in cache:
             out = build_dir / (f"art-v{variant}-s{seed}" + ("" if kind == "custom_voice" else f"-{kind}"))
-            export(checkpoints(variant, seed, kind), out, max_batch=4, max_seq=256)
-            cache[key] = out
+            ckpt = checkpoints(variant, seed, kind)
+            cache[key] = built_once(out, lambda out: export(ckpt, out, max_batch=4, max_seq=256))
         return cache[key]
 
     return get
@@ -74,9 +90,9 @@ def omni_artifacts(build_dir):
 
     def get(variant: int, seed: int) -> tuple[Path, Path]:
         if (variant, seed) not in cache:
-            ckpt = build_tiny(build_dir / f"omni-ckpt-v{variant}-s{seed}", seed, variant, family_name="qwen3_omni")
-            out = build_dir / f"omni-art-v{variant}-s{seed}"
-            export(ckpt, out, max_batch=4, max_seq=256)
+            ckpt = built_once(build_dir / f"omni-ckpt-v{variant}-s{seed}",
+                              lambda out: build_tiny(out, seed, variant, family_name="qwen3_omni"))
+            out = built_once(build_dir / f"omni-art-v{variant}-s{seed}", lambda out: export(ckpt, out, max_batch=4, max_seq=256))
             cache[variant, seed] = ckpt, out
         return cache[variant, seed]
 
@@ -103,17 +119,19 @@ def eos_artifact(build_dir, checkpoints) -> tuple[Path, Path]:
     from edged.synth import Synthesizer
     from engines.export import export
 
-    synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))
-    (plain,) = synth.synthesize([SpeechRequest(id="p", text=EOS_TEXT, voice="vivian", language="english",
-                                               sampling=Sampling.greedy(), max_frames=16)])
-    ckpt, art = build_dir / "ckpt-eos", build_dir / "art-eos"
-    shutil.copytree(checkpoints(0), ckpt)
-    weights = load_file(ckpt / "model.safetensors")
-    head = weights["talker.codec_head.weight"]
-    eos = json.loads((ckpt / "config.json").read_text())["talker_config"]["codec_eos_token_id"]
-    head[eos] = head[int(plain.frames[12, 0])] * 1.5
-    save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
-    export(ckpt, art, max_batch=2, max_seq=128)
+    def eos_checkpoint(ckpt: Path) -> None:
+        synth = Synthesizer(load_artifact(None), make_backend("onnxruntime", 1))
+        (plain,) = synth.synthesize([SpeechRequest(id="p", text=EOS_TEXT, voice="vivian", language="english",
+                                                   sampling=Sampling.greedy(), max_frames=16)])
+        shutil.copytree(checkpoints(0), ckpt)
+        weights = load_file(ckpt / "model.safetensors")
+        head = weights["talker.codec_head.weight"]
+        eos = json.loads((ckpt / "config.json").read_text())["talker_config"]["codec_eos_token_id"]
+        head[eos] = head[int(plain.frames[12, 0])] * 1.5
+        save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+
+    ckpt = built_once(build_dir / "ckpt-eos", eos_checkpoint)
+    art = built_once(build_dir / "art-eos", lambda out: export(ckpt, out, max_batch=2, max_seq=128))
     return ckpt, art
 
 

@@ -36,11 +36,15 @@ run: install
 system-deps:
 	bash scripts/install-system-deps.sh
 
-# The suite on TEST_WORKERS pytest-xdist workers: a module's tests stay on one worker, the audio tests
-# (paced by JACK's clock) on one worker one at a time (tests/conftest.py); TEST_WORKERS=0: one process.
+# The suite in two parts: everything but the audio tests on TEST_WORKERS pytest-xdist workers (a
+# module per worker; the tiny artifacts built once, tests/support/built_once.py), then the audio tests
+# alone, one at a time: they are paced by JACK's clock on a machine nothing else of the suite loads.
+# Both parts always run; the target fails if either did.
 TEST_WORKERS ?= 2
 test: system-deps install-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/audio; cpu=$$?; \
+	$(BIN)/python -m pytest -q tests/audio; audio=$$?; \
+	test $$cpu -eq 0 -a $$audio -eq 0
 
 lint: install-dev
 	BIN=$(BIN) bash scripts/lint.sh

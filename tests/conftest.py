@@ -24,17 +24,6 @@ if importlib.util.find_spec("torch") is not None:
     torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items) -> None:
-    """Work units for pytest-xdist (`make test` runs `--dist loadgroup`): a module's tests stay on one
-    worker, so its module fixtures are built once; every test under tests/audio runs on one worker, one
-    at a time: they share JACK's server registry and are paced by its clock."""
-    audio = Path(__file__).parent / "audio"
-    for item in items:
-        group = "audio" if item.path.is_relative_to(audio) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory) -> Path:
     out = shared_root(tmp_path_factory.getbasetemp()) / "engines"

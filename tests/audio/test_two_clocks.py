@@ -2,11 +2,11 @@
 the daemon is told: a USB microphone beside an I2S or HDMI loudspeaker.
 
 The room rig of tests/audio/test_room.py (JACK's dummy backend, the room of Room(0.5, seed=1),
-espeak-ng speech as the daemon's voice), with its microphone sampling DRIFT_PPM faster than the
-speaker plays (tests/support/drift.py: a streaming resampler between the loudspeaker and the room)
-and the echo arriving LATE_MS after the output and input latency PortAudio reports. On one JACK
-clock the daemon's two taps advance together, so it is the canceller that must follow an echo whose
-delay grows 2.4 samples a second (the listener's realignment, which two taps at different rates
+espeak-ng speech as the daemon's voice), with its microphone sampling 100 ppm faster, then 100 ppm
+slower, than the speaker plays (tests/support/drift.py: a streaming resampler between the loudspeaker
+and the room) and the echo arriving tens of ms after the output and input latency PortAudio reports
+(CLOCKS). On one JACK clock the daemon's two taps advance together, so it is the canceller that must
+follow an echo whose delay grows (or shrinks) 2.4 samples a second (the listener's realignment, which two taps at different rates
 need, is tests/audio/test_reference_clocks.py's). What is shown, on the audio clock:
 
 1. 60 s of replies of speech (two of 30 s, queued back to back) end on their own, played whole, and
@@ -34,15 +34,18 @@ need_jack_and_espeak()
 pytest.importorskip("pyroomacoustics")
 
 RATE = 24000
-DRIFT_PPM = 100.0
-LATE_MS = 30
-"""The echo comes this much later than the reported latency puts it."""
+CLOCKS = ((100.0, 30), (-100.0, 60))
+"""(ppm, ms): the microphone's clock against the speaker's, faster then slower, and how much later than
+the reported latency puts it the echo comes. A slower microphone's echo comes earlier and earlier, 2.4
+samples a second: the rig's FIFO starts with 300 s of that on top of its own (support/room_rig.py),
+more than 30 ms on top of the latency the daemon reports."""
 REPLY_S = 60
 REPLIES = 2
 """The 60 s are two replies of 30 s, queued: the built-in model's KV cache (max_seq 512) holds at most
 about 36 s of one reply. The speaker plays them back to back, so the echo is speech throughout."""
 ERLE_DB = 25.0
-"""The least 2 s sample after the first: measured 39.2 dB (most 40-58). Before the canceller took the
+"""The least 2 s sample after the first: measured 39.2 dB at +100 ppm (most 40-58), 26.2 at -100 (the
+sample 2 s in, with the echo 60 ms late; 30.1-51.4 after). Before the canceller took the
 slide out of the reference, it followed an echo that slides 2.4 samples a second only in part and
 took the slide for a path change every 2 s or so: 13.7 and 15.2 dB the least, in two takes."""
 DELAY_WITHIN_MS = 3.0
@@ -53,11 +56,11 @@ SILENT_WITHIN_MS = 500
 USER = "Wait, stop, I have a question about Thursday."
 
 
-@pytest.fixture(scope="module")
-def room(jack_server, tmp_path_factory):
+@pytest.fixture(scope="module", params=CLOCKS, ids=lambda clocks: f"{clocks[0]:+.0f}ppm-{clocks[1]}ms")
+def room(jack_server, tmp_path_factory, request):
+    ppm, late_ms = request.param
     with speaking_room(jack_server.name, tmp_path_factory.mktemp("two-clocks"), Room(0.5, seed=1), USER,
-                       seconds=REPLY_S // REPLIES + 2, echo_late=LATE_MS * RATE // 1000,
-                       drift_ppm=DRIFT_PPM) as setup:
+                       seconds=REPLY_S // REPLIES + 2, echo_late=late_ms * RATE // 1000, drift_ppm=ppm) as setup:
         yield setup
 
 
@@ -95,7 +98,7 @@ def test_a_long_reply_keeps_its_echo_cancelled(room):
             held = [db for t, db in erle if t > 2]
             assert len(held) >= REPLY_S // 2 - 4 and min(held) > ERLE_DB, erle
             assert audio["echo_alignments"] > 0, audio
-            assert abs(audio["echo_drift_ppm"] - DRIFT_PPM) <= DRIFT_WITHIN_PPM, audio
+            assert abs(audio["echo_drift_ppm"] - rig.drift.ppm) <= DRIFT_WITHIN_PPM, audio
             assert abs(audio["echo_delay_ms"] - truth_ms) <= DELAY_WITHIN_MS, (audio["echo_delay_ms"], truth_ms)
 
 

@@ -16,12 +16,14 @@ Two ways a device may differ from what the daemon is told, each off unless asked
 - `drift_ppm`: the microphone's clock samples that many parts per million faster (slower, below zero)
   than the speaker's plays: the loudspeaker's output goes through `support.drift.Drift` (a streaming
   resampler and FIFO giving exactly a cycle's samples) before the room. Its FIFO's silence is part of
-  `echo_latency` (which must be at least DRIFT_DELAY then), and the echo's delay grows (or
-  shrinks) by the drift from there on: `echo_delay()`.
+  `echo_latency` (which must be at least DRIFT_DELAY then, and for a slower microphone also the
+  samples the drift takes from the FIFO over the rig's `seconds`: 720 at -100 ppm over 300 s), and
+  the echo's delay grows (or shrinks) by the drift from there on: `echo_delay()`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -30,8 +32,10 @@ from support.room import Room, RoomMic, active_rms, convolve
 
 RATE = 24000
 DRIFT_DELAY = 1024
-"""The drift's FIFO starts with this much silence: soxr gives about 800 samples every third cycle, and
-a cycle's pull follows its push (support/drift.py's default allows for two pulls in a row)."""
+"""The drift's FIFO starts with at least this much silence: soxr gives about 800 samples every third
+cycle, and a cycle's pull follows its push (support/drift.py's default allows for two pulls in a row).
+Measured over 120 s of noise from a FIFO of 2000: the least it held before a pull was 1077 samples at
++100 ppm; at -100 ppm 1055 over the first 10 s and 793 over 120 s, the drift's 2.4 samples a second."""
 
 
 class RoomRig:
@@ -48,8 +52,9 @@ class RoomRig:
         self.drift: Drift | None = None
         line = self.echo_latency
         if drift_ppm:
-            assert line >= DRIFT_DELAY, f"an echo latency of {line} samples is shorter than the drift's FIFO ({DRIFT_DELAY})"
-            self.drift, line = Drift(drift_ppm, delay=DRIFT_DELAY), line - DRIFT_DELAY
+            fifo = DRIFT_DELAY + max(0, math.ceil(-drift_ppm * 1e-6 * seconds * RATE))  # a slower microphone drains it
+            assert line >= fifo, f"an echo latency of {line} samples is shorter than the drift's FIFO ({fifo})"
+            self.drift, line = Drift(drift_ppm, delay=fifo), line - fifo
             self.drifted = np.zeros(period, dtype=np.float32)
         self.line = np.zeros(line + period, dtype=np.float32)
         """The device's latency: the loudspeaker plays what the daemon wrote `echo_latency` samples ago

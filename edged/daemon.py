@@ -33,6 +33,7 @@ from edged.backends import make_backend
 from edged.clone import VoiceEncoder, can_clone
 from edged.config import Config, ConfigError
 from edged.core import Core
+from edged.cpu import this_cpu
 from edged.history.policies import make_policy
 from edged.history.rates import VoiceRates
 from edged.history.recorder import Recorder
@@ -99,6 +100,8 @@ class Daemon:
         self.core = core = Core(artifact, self.backend, vocoder_threads=threads.vocoder,
                                 chunk_frames=cfg.vocoder.chunk_frames, first_chunk_frames=cfg.vocoder.first_chunk_frames,
                                 graph_window=defaults.cp_spec_verify_size)
+        log.info("cpu: %s", this_cpu().line())
+        log.info("%s", core.vocoder.form.line())
         log.info("threads: generation %d, vocoder %s, clone encoder %d", threads.generation,
                  threads.vocoder if core.worker.threaded else f"on the loop's thread ({cfg.daemon.backend})",
                  threads.clone_encoder)

@@ -72,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(TensorRT 10.3: int4 only, in the fp16 network whatever --precision says; "
                         "engines/weight_form.py)")
     p.add_argument("--vocoder", choices=["fp32", "int8"], default="fp32",
-                   help="int8: the vocoder's convolutions as 8-bit products, about twice as fast on a CPU and "
-                        "not exact (ONNX Runtime only; engines/vocoder_int8.py)")
+                   help="int8: a second vocoder whose convolutions are 8-bit products, about twice as fast on a "
+                        "CPU with VNNI or ARM's dot product and not exact; the fp32 one stays beside it and runs on "
+                        "other CPUs (ONNX Runtime only; engines/vocoder_int8.py, edged/vocoder/form.py)")
     p.set_defaults(run=_export)
 
     p = commands.add_parser("quantize", help="an int8 / int4 twin of an fp32 artifact, or for jetson of an fp32 or "
@@ -83,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", choices=["int8", "int4"], default=None,
                    help="the talker and code predictor's matrix weights (engines/quantize.py)")
     p.add_argument("--vocoder", choices=["int8"], default=None,
-                   help="the vocoder's convolutions as 8-bit products, about twice as fast on a CPU and not exact "
-                        "(ONNX Runtime only; engines/vocoder_int8.py)")
+                   help="a second vocoder whose convolutions are 8-bit products, about twice as fast on a CPU with "
+                        "VNNI or ARM's dot product and not exact; the fp32 one stays beside it and runs on other "
+                        "CPUs (ONNX Runtime only; engines/vocoder_int8.py, edged/vocoder/form.py)")
     p.add_argument("--target", choices=TARGETS, default="cpu",
                    help="the backend the form is for: cpu (ONNX Runtime's MatMulNBits, from an fp32 artifact) or "
                         "jetson (TensorRT 10.3: int4 with fp16 scales in the fp16 network, from an fp16 artifact or "

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from edged.artifact.manifest import VOCODER_INT8
 from engines.experts import gathered_stacks, quantize_stacks
 from engines.fp16 import convert_artifact
 from engines.onnx_data import read_initializer, rewrite_file, set_nodes
@@ -150,6 +151,9 @@ def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, i
     return rewrite_file(path, out, lambda model, data_dir: quantize_model(model, weight_form, data_dir))
 
 
+INT8_VOCODER_FILE = "vocoder_int8.onnx"
+
+
 def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "cpu",
                       block: int | None = None, vocoder: str | None = None) -> dict[str, dict[str, int]]:
     """A twin of an artifact with its talker and code predictor's weights int8 / int4 in the form
@@ -183,10 +187,10 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     for role, graph in artifact.graphs.items():
         if role in GRAPHS and weight_form is not None:
             stats[role] = quantize_file(artifact.file(role), out / graph.file, weight_form)
-        elif role == "vocoder" and vocoder is not None:
-            stats[role] = rewrite_file(artifact.file(role), out / graph.file, quantize_vocoder)
         elif (out / graph.file).resolve() != artifact.file(role).resolve():
             _copy_graph(artifact.file(role), out / graph.file)
+        if role == "vocoder" and vocoder is not None:  # the int8 twin beside the fp32 graph
+            stats[role] = rewrite_file(artifact.file(role), out / INT8_VOCODER_FILE, quantize_vocoder)
     for name in artifact.files.values():
         if (out / name).resolve() != (src / name).resolve():
             shutil.copy(src / name, out / name)
@@ -194,7 +198,8 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     if weight_form is not None:
         made = replace(made, weights=weights, weight_block=weight_form.block, weight_target=target)
     if vocoder is not None:
-        made = replace(made, vocoder_weights=vocoder)
+        twin = replace(artifact.graphs["vocoder"], file=INT8_VOCODER_FILE)
+        made = replace(made, vocoder_weights=vocoder, graphs={**made.graphs, VOCODER_INT8: twin})
     (out / "artifact.json").write_text(json.dumps(made.to_json(), indent=2) + "\n")
     return stats
 

@@ -13,7 +13,10 @@ and each upsampling ConvTranspose (kernel 2 x stride) becomes one matrix product
     -> [B, T, N] -> [B, N, T]   (ConvTranspose: [B, L + 1, s N] -> [B, (L + 1) s, N] first)
 
 The taps are gathered in uint8 (a quarter of fp32's bytes), and ONNX Runtime fuses the tail into
-MatMulIntegerToFloat, whose uint8 x int8 kernels use VNNI where the CPU has it. Weights are symmetric
+MatMulIntegerToFloat, whose uint8 x int8 kernels use VNNI where the CPU has it. Without VNNI, x86's
+kernel sums pairs of products into 16 bits with saturation and the PCM is wrong: the rewritten graph is
+written beside the fp32 one (`vocoder_int8.onnx`), and the runtime runs it only where the CPU's 8-bit
+products are exact and fast (edged/vocoder/form.py). Weights are symmetric
 int8 per output channel; activations are asymmetric uint8 with one scale per call, so a call's members
 share a scale: the daemon decodes one member per call. Depthwise convs (the ConvNeXt blocks), 1-channel
 outputs (the last conv) and everything else stay fp32. TensorRT 10.3 has no dynamic quantization: an

@@ -43,6 +43,7 @@ from edged.artifact import Artifact, load_artifact
 from edged.backends import onnxruntime as edged_ort
 from edged.families import get_family
 from edged.request import SpeechRequest
+from edged.vocoder.form import choose_vocoder
 from engines.sampling import SPECIALS_PER_VOCAB
 from engines.talker import predict_frame, predictor_cache
 from engines.weight_form import dequantize
@@ -178,7 +179,7 @@ def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
 
 
 def vocode(artifact: Artifact, frames: np.ndarray, threads: int) -> np.ndarray:
-    s = session(artifact.file("vocoder"), threads, edged_ort.ACCURACY_LEVEL)
+    s = session(artifact.file(choose_vocoder(artifact, "onnxruntime").role), threads, edged_ort.ACCURACY_LEVEL)  # as the daemon
     n, g = frames.shape
     feed = {"codes": frames.T[None].astype(np.int64), "start": np.zeros(1, np.int64)}
     for spec in artifact.graphs["vocoder"].state:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from edged.audio.wav import read_wav
+from edged.cpu import this_cpu
 
 BLOCK_TORCH = "import sys; sys.modules['torch'] = None; from edged.cli import main; sys.exit(main())"
 
@@ -118,7 +120,10 @@ def test_bench_times_each_batch_of_the_builtin_artifact():
     done = edged("bench", "--frames", "8", "--repeats", "1")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("edged bench: ") and "threads generation=1,vocoder=1" in lines[0]
+    assert lines[0].startswith("edged bench: ") and lines[0].endswith(
+        "talker and code predictor fp32 network, fp32 weights; vocoder: fp32 (the artifact's only vocoder)")
+    assert lines[1] == f"cpu: {this_cpu().line()}, {os.cpu_count()} logical cores"
+    assert lines[2].startswith("backend onnxruntime") and "threads generation=1,vocoder=1" in lines[2]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ") and
             line[2].isdigit()]
     assert [r[0] for r in rows] == ["1", "4"]

@@ -23,6 +23,8 @@ PRECISIONS = ("fp32", "fp16")
 WEIGHTS = ("fp32", "int8", "int4")
 WEIGHT_TARGETS = ("cpu", "jetson")
 VOCODER_WEIGHTS = ("fp32", "int8")
+VOCODER_INT8 = "vocoder_int8"
+"""The graph of the int8 vocoder, beside the fp32 `vocoder` (vocoder_weights int8)."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,9 @@ class Manifest:
     or jetson (TensorRT 10.3: INT4 in blocks of 64 or 128, fp16 scales, in an fp16 network: precision
     fp16); "" for fp32 weights (engines/weight_form.py)."""
     vocoder_weights: str = "fp32"
-    """The vocoder graph's convolutions: fp32, or int8 (dynamically quantized 8-bit products, ONNX
-    Runtime's form only: engines/vocoder_int8.py)."""
+    """The vocoder forms: fp32 (the `vocoder` graph alone), or int8: a `vocoder_int8` graph beside it whose
+    convolutions are dynamically quantized 8-bit products (ONNX Runtime's form only: engines/vocoder_int8.py),
+    run where the CPU's 8-bit products are exact and fast (edged/vocoder/form.py)."""
 
     @property
     def frame_ms(self) -> float:
@@ -207,6 +210,13 @@ class Manifest:
         files_raw = _get(m, "files", dict)
         tensors_raw = _get(m, "tensors", dict)
         graphs = {role: _graph(role, t, files_raw) for role, t in tensors_raw.items()}
+        if (vocoder_weights == "int8") != (VOCODER_INT8 in graphs):
+            raise ArtifactError(
+                f"artifact.json: 'model.vocoder_weights' {vocoder_weights} "
+                + ("with a 'tensors.vocoder_int8' graph: the int8 twin needs vocoder_weights int8" if VOCODER_INT8 in graphs
+                   else "names no 'tensors.vocoder_int8' graph: this artifact's vocoder.onnx is the int8 graph itself, "
+                        "from an earlier edged-engines, with no fp32 vocoder for CPUs where int8 runs wrong; "
+                        "quantize the fp32 artifact again (edged-engines quantize --vocoder int8)"))
         files = {}
         for role, name in files_raw.items():
             if role in graphs:

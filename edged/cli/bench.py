@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from pathlib import Path
 
-from edged.artifact import ArtifactError, load_artifact
+from edged.artifact import Artifact, ArtifactError, load_artifact
 from edged.backends import EngineError
 from edged.bench import Timed, requests, timed
 from edged.cli.synth import offline_backend, thread_plan
 from edged.config import ThreadPlan
+from edged.cpu import this_cpu
 from edged.request import SamplingError
 from edged.synth import RequestError, Synthesizer
+from edged.vocoder.form import VocoderForm, choose_vocoder
 
 EXIT_BAD_INPUT = 2
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             raise RequestError(f"--batch must be in 1..{artifact.max_batch} (the artifact's max_batch)")
         plan: ThreadPlan = args.threads
         backend = offline_backend(args.backend, plan.generation)
-        print(machine(args, artifact.path), flush=True)
+        print(machine(args, artifact, choose_vocoder(artifact, backend.name)), flush=True)
         print("\n| batch | RTF | frames/s | x batch 1 | gen ms/step | voc ms/step | first audio ms | spread |\n"
               "|---|---|---|---|---|---|---|---|", flush=True)
         try:
@@ -80,16 +81,16 @@ def row(batch: int, t: Timed, runs: list[Timed], single: float | None, frame_s: 
             f"{t.vocoder_s * 1e3:.1f} | {first} | {100 * spread:.0f}% |")
 
 
-def machine(args: argparse.Namespace, artifact: Path) -> str:
-    """One line: the artifact, the CPU, the backend, the plan and the run's shape."""
+def machine(args: argparse.Namespace, artifact: Artifact, vocoder: VocoderForm) -> str:
+    """Three lines: the artifact and the form each stage runs, the CPU as the kernels see it, and the
+    backend, the plan and the run's shape."""
     import onnxruntime
 
-    cpu = platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                    if line.startswith("model name")), cpu)
     plan = args.threads
-    return (f"edged bench: {artifact} on {cpu} ({os.cpu_count()} logical cores); backend {args.backend}, onnxruntime "
-            f"{onnxruntime.__version__}, threads generation={plan.generation},vocoder={plan.vocoder}; "
-            f"{args.frames} greedy frames a member, verify {args.verify}, median of {args.repeats} after a warm-up")
+    weights = "fp32" if artifact.weights == "fp32" else f"{artifact.weights} for {artifact.weight_target}"
+    return (f"edged bench: {artifact.path}: talker and code predictor {artifact.precision} network, {weights} weights; "
+            f"{vocoder.line()}\n"
+            f"cpu: {this_cpu().line()}, {os.cpu_count()} logical cores\n"
+            f"backend {args.backend}, onnxruntime {onnxruntime.__version__}, threads generation={plan.generation},"
+            f"vocoder={plan.vocoder}; {args.frames} greedy frames a member, verify {args.verify}, median of "
+            f"{args.repeats} after a warm-up")

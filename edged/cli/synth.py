@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                                     max_frames=args.max_frames, context=tuple(("user", t) for t in args.user_text),
                                     clone=clone)
             synth = Synthesizer(artifact, backend, vocoder_threads=threads.vocoder)
+            if artifact.vocoder_weights != "fp32":  # which of its vocoders runs here, and why
+                print(f"edged synth: {synth.core.vocoder.form.line()}", file=sys.stderr)
             try:
                 result = synth.synthesize([request])[0]
             finally:

@@ -21,6 +21,7 @@ from edged.artifact import Artifact, ArtifactError
 from edged.backends import Backend
 from edged.clone.roles import ROLES, can_clone
 from edged.request import ClonedVoice
+from edged.vocoder.form import choose_vocoder
 
 PRIME_WINDOW = 4
 """Frames per vocoder run when priming (any window gives the same state: the vocoder streams)."""
@@ -37,7 +38,7 @@ class VoiceEncoder:
         self.max_samples = max_ms * artifact.sample_rate // 1000
         self.speaker = backend.load(artifact.file("speaker_encoder"))
         self.codec = backend.load(artifact.file("codec_encoder"))
-        self.vocoder = backend.load(artifact.file("vocoder"))
+        self.vocoder = backend.load(artifact.file(choose_vocoder(artifact, backend.name).role))  # the stage's form
 
     def preallocate(self) -> dict[str, int]:
         a, e = self.artifact, self.backend.empty

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edged.cpu import this_cpu
 from edged.families.model import describe
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "uptime_s": round(time.monotonic() - loop.started, 3),
         "artifact": str(a.path), "family": a.family,
         "model": describe(a, loop.core.talker.fewest_rows),
+        "cpu": this_cpu().to_json(),
+        "vocoder": loop.core.vocoder.form.to_json(),
         "cohort": {"running": len(running), "max_batch": a.max_batch,
                    "members": [str(e.payload.id) for e in running],
                    "waiting_for_text": [str(e.payload.id) for e in running

@@ -30,6 +30,7 @@ import numpy as np
 from edged.artifact import Artifact
 from edged.backends import Backend, Plan
 from edged.core.port import CodecPort
+from edged.vocoder.form import choose_vocoder
 
 
 @dataclass(eq=False)
@@ -58,8 +59,9 @@ class VocoderStage:
         self.chunk = chunk_frames
         self.first_chunk = first_chunk_frames
         self.window_frames = max(chunk_frames, first_chunk_frames)
-        self.engine = backend.load(artifact.file("vocoder"))
-        self.state_specs = artifact.graphs["vocoder"].state
+        self.form = choose_vocoder(artifact, backend.name)
+        self.engine = backend.load(artifact.file(self.form.role))
+        self.state_specs = artifact.graphs[self.form.role].state
         self.cursor = np.zeros(artifact.max_batch, dtype=np.int64)
         self.offset = np.zeros(artifact.max_batch, dtype=np.int64)  # primed frames before the stream's own
         self.side = np.zeros(artifact.max_batch, dtype=np.int64)  # which state (and PCM) buffer the next window reads

@@ -165,14 +165,8 @@ def print_table(rows: list[Row]) -> None:
 def machine() -> list[str]:
     import onnxruntime
 
-    cpu = platform.processor() or "?"
-    try:
-        for text_line in Path("/proc/cpuinfo").read_text().splitlines():
-            if text_line.startswith("model name"):
-                cpu = text_line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from edged.cpu import this_cpu
+
     mem = ""
     try:
         kb = int(Path("/proc/meminfo").read_text().split()[1])
@@ -187,7 +181,8 @@ def machine() -> list[str]:
         versions = ""
     return [
         f"command: python {shlex.join(sys.argv)}",
-        f"machine: {cpu}, {os.cpu_count()} logical cores{mem}, {platform.system()} {platform.release()}",
+        f"machine: {os.cpu_count()} logical cores{mem}, {platform.system()} {platform.release()}",
+        f"cpu: {this_cpu().line()}",
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}{versions}, numpy {np.__version__}",
         load(),
     ]

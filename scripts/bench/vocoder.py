@@ -85,11 +85,14 @@ def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) ->
     turn, round after round: ms per frame, and the int8 PCM's signal-to-noise ratio against fp32's."""
     from edged.artifact import load_artifact
     from edged.backends.onnxruntime import OrtBackend
+    from edged.vocoder.form import choose_vocoder
 
     int8_path, notes = variant(case, vocoder="int8")
     print("\n".join(notes), flush=True)
     arts = {"fp32": load_artifact(case.artifact), "int8": load_artifact(int8_path)}
-    sessions = {form: OrtBackend(threads).load(a.file("vocoder")).session for form, a in arts.items()}  # type: ignore[attr-defined]
+    graphs = {"fp32": arts["fp32"].file("vocoder"), "int8": arts["int8"].file("vocoder_int8")}  # both, whatever runs here
+    print(f"the daemon on this CPU: {choose_vocoder(arts['int8'], 'onnxruntime').line()}", flush=True)
+    sessions = {form: OrtBackend(threads).load(path).session for form, path in graphs.items()}  # type: ignore[attr-defined]
     rng = np.random.default_rng(1)
     a = arts["fp32"]
     codes = rng.integers(0, a.dims.codebook_size, (1, a.dims.code_groups, utterance)).astype(np.int64)
@@ -106,7 +109,7 @@ def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) ->
     for form, ms in spent.items():
         snr = "-" if form == "fp32" else f"{20 * np.log10(np.linalg.norm(pcm['fp32']) / noise):.1f} dB"
         print(f"| {form} | {float(np.median(ms[1:])):.2f} | {snr} |")
-    ops = profile(arts["int8"].file("vocoder"), threads, feeds(arts["int8"], 1, frames))
+    ops = profile(graphs["int8"], threads, feeds(arts["int8"], 1, frames))
     total = sum(ms for _, ms, _ in ops)
     print(f"\nthe int8 vocoder, one batch-1 window of {frames} frames, profiled: {total:.1f} ms in kernels\n")
     print("| operator | ms | nodes | share |\n|---|---|---|---|")

@@ -6,6 +6,8 @@ cannot run."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -13,10 +15,15 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from support.emulated import EXACT, SATURATING, qemu, run_graph, stream_vocoder
 
 from edged.artifact import ArtifactError, load_artifact
+from edged.audio.wav import read_wav
+from edged.backends import make_backend
+from edged.cpu import DOT, this_cpu
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
+from edged.vocoder.form import choose_vocoder
 from engines.cli import main as engines_main
 from engines.fp16 import convert_artifact
 from engines.quantize import quantize_artifact
@@ -24,10 +31,19 @@ from engines.tensorrt import weights_refusal
 from engines.vocoder_int8 import conv_weight, quantize_vocoder, transposed_weight
 from engines.weight_form import FormError, vocoder_form
 
+TEXT = "Hello there, how are you today?"
 SNR_DB = 20.0
 """The int8 vocoder's PCM against the fp32 one's, at least (docs/artifact.md: 22-23 dB measured)."""
 LAYER_ERROR = 0.03
 """One rewritten layer's relative error at most (~1.1 % measured: 8-bit weights and activations)."""
+FP32_SNR_DB = 40.0
+"""The fp32 vocoder's PCM on another CPU's fp32 kernels against this one's, at least (16-bit WAV: far above
+what any 8-bit form reaches)."""
+
+
+def exact_cpu() -> str | None:
+    """Where the int8 graphs are checked: this CPU when its 8-bit products are exact, else qemu's SSE CPU."""
+    return None if not this_cpu().int8_saturates else EXACT
 
 
 def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
@@ -73,7 +89,7 @@ def _one_layer(op: str, w: np.ndarray, b: np.ndarray, **attrs) -> onnx.ModelProt
     ("Conv", (48, 32, 1), {}),
     ("ConvTranspose", (32, 24, 8), {"strides": [4]}),
 ])
-def test_a_rewritten_layer_runs_on_onnx_runtime_within_8_bit_error(op, shape, attrs):
+def test_a_rewritten_layer_runs_on_onnx_runtime_within_8_bit_error(op, shape, attrs, tmp_path):
     rng = np.random.default_rng(len(shape) + shape[2])
     w = (rng.standard_normal(shape) / np.sqrt(shape[1] * shape[2])).astype(np.float32)
     b = rng.standard_normal(shape[1] if op == "ConvTranspose" else shape[0]).astype(np.float32)
@@ -82,8 +98,9 @@ def test_a_rewritten_layer_runs_on_onnx_runtime_within_8_bit_error(op, shape, at
     int8 = _one_layer(op, w, b, **attrs)
     assert quantize_vocoder(int8) == {op: 1, "parameters": w.size}
     assert {n.op_type for n in int8.graph.node}.isdisjoint({"Conv", "ConvTranspose"})
-    want, got = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-                 for m in (fp32, int8))
+    onnx.save(int8, str(tmp_path / "int8.onnx"))
+    want = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = run_graph(tmp_path / "int8.onnx", {"x": x}, exact_cpu(), tmp_path)
     assert got.shape == want.shape
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < LAYER_ERROR
 
@@ -108,18 +125,66 @@ def int8_vocoder(tmp_path_factory, builtin_artifact):
     return out, stats
 
 
-def test_an_int8_vocoder_artifact_speaks_the_same_frames_within_the_stated_snr(int8_vocoder, builtin_artifact, backend):
+def _speak(artifact, backend):
+    request = SpeechRequest("v", TEXT, voice="vivian", sampling=Sampling.greedy(), max_frames=24)
+    return Synthesizer(artifact, backend).synthesize([request])[0]
+
+
+def test_an_int8_vocoder_artifact_keeps_its_fp32_vocoder_and_speaks_the_same_frames(int8_vocoder, builtin_artifact,
+                                                                                    backend, tmp_path):
+    """Both graphs are there, the fp32 one unchanged; on this CPU the daemon's rule picks one
+    (edged/vocoder/form.py); the twin's PCM meets the bound on exact 8-bit kernels, whatever this CPU's."""
     out, stats = int8_vocoder
     artifact = load_artifact(out)
     assert (artifact.vocoder_weights, artifact.weights, artifact.precision) == ("int8", "fp32", "fp32")
     assert set(stats) == {"vocoder"} and stats["vocoder"]["Conv"] > 0 and stats["vocoder"]["ConvTranspose"] > 0
-    assert json.loads((out / "artifact.json").read_text())["model"]["vocoder_weights"] == "int8"
-    request = SpeechRequest("v", "Hello there, how are you today?", voice="vivian", sampling=Sampling.greedy(),
-                            max_frames=24)
-    fp32, int8 = (Synthesizer(a, backend).synthesize([request])[0] for a in (load_artifact(builtin_artifact), artifact))
-    assert np.array_equal(fp32.frames, int8.frames)
-    assert fp32.pcm.shape == int8.pcm.shape
-    assert snr_db(fp32.pcm, int8.pcm) >= SNR_DB
+    manifest = json.loads((out / "artifact.json").read_text())
+    assert manifest["model"]["vocoder_weights"] == "int8"
+    assert (manifest["files"]["vocoder"], manifest["files"]["vocoder_int8"]) == ("vocoder.onnx", "vocoder_int8.onnx")
+    assert (out / "vocoder.onnx").read_bytes() == (builtin_artifact / "vocoder.onnx").read_bytes()
+    assert artifact.graphs["vocoder_int8"].state == artifact.graphs["vocoder"].state
+    fp32, here = _speak(load_artifact(builtin_artifact), backend), _speak(artifact, backend)
+    assert np.array_equal(fp32.frames, here.frames)
+    assert fp32.pcm.shape == here.pcm.shape
+    form = choose_vocoder(artifact, backend.name)
+    assert form.weights == ("int8" if this_cpu().int8_products in DOT and backend.name == "onnxruntime" else "fp32")
+    if form.weights == "int8":
+        assert snr_db(fp32.pcm, here.pcm) >= SNR_DB
+    else:
+        assert np.array_equal(fp32.pcm, here.pcm)
+    pcm = _twin_pcm(artifact, fp32.frames, exact_cpu(), tmp_path)
+    assert snr_db(fp32.pcm[:pcm.shape[1]], pcm[0]) >= SNR_DB
+
+
+def _twin_pcm(artifact, frames: np.ndarray, cpu: str | None, work) -> np.ndarray:
+    """The int8 twin's PCM of `frames` [F, G], streamed in windows of 4 under `cpu` (emulated.py)."""
+    state = [(s.input, s.output, s.shape) for s in artifact.graphs["vocoder_int8"].state]
+    return stream_vocoder(artifact.file("vocoder_int8"), frames.T[None].astype(np.int64), state, 4, cpu, work)
+
+
+def test_on_a_cpu_whose_int8_products_saturate_the_daemon_runs_the_fp32_vocoder_and_says_so(int8_vocoder,
+                                                                                            builtin_artifact, tmp_path):
+    """Haswell's kernels under qemu (AVX2, no VNNI: tests/support/emulated.py), from any x86 machine: the
+    int8 twin there is far below the bound (the rig reproduces the saturating path users met), and
+    `edged synth` on the int8 artifact names the fp32 vocoder and speaks its PCM."""
+    if qemu() is None:
+        pytest.skip("needs qemu-x86_64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)")
+    out, _ = int8_vocoder
+    artifact = load_artifact(out)
+    fp32 = _speak(load_artifact(builtin_artifact), make_backend("onnxruntime", 1))
+    saturated = _twin_pcm(artifact, fp32.frames, SATURATING, tmp_path / "twin")
+    assert snr_db(fp32.pcm[:saturated.shape[1]], saturated[0]) < SNR_DB - 5
+    exact = _twin_pcm(artifact, fp32.frames, EXACT, tmp_path / "exact")
+    assert snr_db(fp32.pcm[:exact.shape[1]], exact[0]) >= SNR_DB
+    wav = tmp_path / "haswell.wav"
+    done = subprocess.run([qemu(), "-cpu", SATURATING, sys.executable, "-m", "edged", "synth", "--artifact", str(out),
+                           "--text", TEXT, "--speaker", "vivian", "--greedy", "--max-frames", "24", "--out", str(wav)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("edged synth: vocoder: fp32 (the int8 vocoder is not run: this CPU's uint8 x int8 products (avx2, no VNNI) "
+            "saturate 16-bit sums)") in done.stderr
+    pcm, _ = read_wav(wav)
+    assert snr_db(fp32.pcm, pcm) >= FP32_SNR_DB
 
 
 def test_the_int8_vocoder_is_refused_where_it_cannot_run(int8_vocoder, builtin_artifact, tmp_path, capsys):
@@ -156,16 +221,37 @@ def test_the_cli_quantizes_weights_and_vocoder_together(builtin_artifact, tmp_pa
 @pytest.mark.parametrize("model, message", [
     ({"vocoder_weights": "int4"}, "'model.vocoder_weights' must be one of fp32, int8, got 'int4'"),
     ({"vocoder_weights": "int8", "precision": "fp16"}, "'model.vocoder_weights' int8 needs 'model.precision' fp32"),
+    ({"vocoder_weights": "int8"}, "'model.vocoder_weights' int8 names no 'tensors.vocoder_int8' graph: this artifact's "
+                                  "vocoder.onnx is the int8 graph itself, from an earlier edged-engines, with no fp32 "
+                                  r"vocoder for CPUs where int8 runs wrong; quantize the fp32 artifact again \(edged-"),
 ])
 def test_the_manifest_names_a_bad_vocoder_form(builtin_artifact, tmp_path, model, message):
     manifest = json.loads((builtin_artifact / "artifact.json").read_text())
     manifest["model"].update(model)
-    for f in builtin_artifact.iterdir():
-        (tmp_path / f.name).symlink_to(f)
-    (tmp_path / "artifact.json").unlink()
-    (tmp_path / "artifact.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match=message):
-        load_artifact(tmp_path)
+        load_artifact(_linked(builtin_artifact, manifest, tmp_path))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["model"].pop("vocoder_weights"), "'model.vocoder_weights' fp32 with a 'tensors.vocoder_int8' graph"),
+    (lambda m: m["tensors"]["vocoder_int8"]["state"].pop(), "'tensors.vocoder_int8' must have the inputs, outputs and "
+                                                             "state of 'tensors.vocoder'"),
+])
+def test_the_manifest_names_an_int8_twin_that_does_not_fit(int8_vocoder, tmp_path, change, message):
+    out, _ = int8_vocoder
+    manifest = json.loads((out / "artifact.json").read_text())
+    change(manifest)
+    with pytest.raises(ArtifactError, match=message):
+        load_artifact(_linked(out, manifest, tmp_path))
+
+
+def _linked(artifact, manifest: dict, out):
+    """`artifact`'s files linked into `out`, with `manifest` as its artifact.json."""
+    for f in artifact.iterdir():
+        if f.name != "artifact.json":
+            (out / f.name).symlink_to(f)
+    (out / "artifact.json").write_text(json.dumps(manifest))
+    return out
 
 
 def test_qwen3_omni_code2wav_takes_the_int8_form_within_the_stated_snr(tmp_path):
@@ -187,16 +273,8 @@ def test_qwen3_omni_code2wav_takes_the_int8_form_within_the_stated_snr(tmp_path)
     onnx.save(model, str(tmp_path / "int8.onnx"))
     codes = np.random.default_rng(3).integers(0, config.codebook_size, (1, config.num_quantizers, 12))
     state_in, state_out = state_names(len(codec.state_specs()))
-    pcm = {}
-    for form in ("fp32", "int8"):
-        session = ort.InferenceSession(str(tmp_path / f"{form}.onnx"), providers=["CPUExecutionProvider"])
-        state = [np.zeros((1, *shape), np.float32) for _, shape in codec.state_specs()]
-        parts = []
-        for start in range(0, 12, 4):
-            out = session.run(["pcm", *state_out], {"codes": codes[..., start:start + 4], "start": np.array([start]),
-                                                    **dict(zip(state_in, state))})
-            parts.append(out[0])
-            state = out[1:]
-        pcm[form] = np.concatenate(parts, axis=1)[:, config.lead_samples:]
+    state = [(i, o, tuple(shape)) for i, o, (_, shape) in zip(state_in, state_out, codec.state_specs())]
+    pcm = {form: stream_vocoder(tmp_path / f"{form}.onnx", codes, state, 4, cpu, tmp_path / form)[:, config.lead_samples:]
+           for form, cpu in (("fp32", None), ("int8", exact_cpu()))}
     assert np.abs(pcm["fp32"]).max() > 1e-3
     assert snr_db(pcm["fp32"], pcm["int8"]) >= SNR_DB

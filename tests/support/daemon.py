@@ -58,12 +58,13 @@ class NotifySocket:
 class Daemon:
     def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None,
                  state: Path | None = None, wrap: tuple[str, ...] = (), voice: Path | None = None,
-                 args: tuple[str, ...] = ()):
+                 args: tuple[str, ...] = (), ready_s: float = 60):
         """state: the daemon's state directory parent (XDG_STATE_HOME); default tmp/state. Give a
         restarted daemon the first one's to keep its history. wrap: a command line the daemon's runs
         inside (it must exec it, so the process is the daemon's), e.g. a private mount namespace.
         voice: a .npy of speech that stands in for every reply's PCM at the speaker (support/voiced.py).
-        args: more `edged serve` options (e.g. --audio-device NAME)."""
+        args: more `edged serve` options (e.g. --audio-device NAME). ready_s: how long its boot may take
+        (an emulated CPU's is minutes)."""
         self.tmp = tmp
         self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
         self.notify = NotifySocket(str(tmp / "notify.sock"))
@@ -87,7 +88,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [*wrap, *edged, "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint, *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.wait_for("READY=1", timeout=60)
+        self.wait_for("READY=1", timeout=ready_s)
 
     def receive(self, duration: float) -> list[str]:
         """Every notify line that arrives during the next `duration` seconds."""

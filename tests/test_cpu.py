@@ -1,0 +1,106 @@
+"""The CPU as the kernels see it (edged/cpu.py) and the vocoder form it decides (edged/vocoder/form.py):
+the probe against the kernel's own flags here and against qemu's CPU models, the kernel rules of
+ONNX Runtime's MLAS, and the form each CPU class runs."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support.emulated import EXACT, SATURATING, qemu
+
+from edged.artifact import load_artifact
+from edged.cpu import Cpu, classify_arm64, classify_x86, this_cpu
+
+FLAGS = {"avx2": "avx2", "fma": "fma", "avx_vnni": "avx_vnni", "avx512f": "avx512f", "avx512_vnni": "avx512_vnni",
+         "avx512_bf16": "avx512_bf16", "amx_int8": "amx_int8"}
+"""Our feature name -> the kernel's /proc/cpuinfo flag (both read CPUID; the kernel also masks what it
+does not save, as our XGETBV check does)."""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the x86-64 CPUID probe")
+def test_the_probe_reads_what_the_kernel_reads_on_this_cpu():
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    cpu = this_cpu()
+    assert {f for f in FLAGS if f in cpu.features} == {f for f, flag in FLAGS.items() if flag in flags}
+    assert ("avx512_core" in cpu.features) == ({"avx512bw", "avx512dq", "avx512vl"} <= flags)
+    model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name"))
+    assert cpu.model == model
+    assert cpu.int8_products == classify_x86(set(cpu.features))
+
+
+@pytest.mark.parametrize("model, kernel, features", [
+    (SATURATING, "avx2", ["avx2", "fma"]),
+    ("EPYC-Milan", "avx2", ["avx2", "fma"]),
+    (EXACT, "sse", []),
+])
+def test_the_probe_reads_an_emulated_cpus_cpuid_not_the_hosts(model, kernel, features):
+    """Under qemu the instructions report the model's CPUID while /proc/cpuinfo still shows the host's:
+    the kernels follow the instructions, and so must the probe."""
+    if qemu() is None:
+        pytest.skip("needs qemu-x86_64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)")
+    done = subprocess.run([qemu(), "-cpu", model, sys.executable, "-c",
+                           "import json; from edged.cpu import this_cpu; print(json.dumps(this_cpu().to_json()))"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpu = json.loads(done.stdout)
+    assert (cpu["int8_products"], cpu["features"], cpu["int8_saturates"]) == (kernel, features, kernel == "avx2")
+    assert "QEMU" in cpu["model"] or model.split("-")[0] in cpu["model"]
+
+
+@pytest.mark.parametrize("features, kernel", [
+    (set(), "sse"),
+    ({"avx2"}, "sse"),  # MLAS needs FMA beside AVX2
+    ({"avx2", "fma"}, "avx2"),
+    ({"avx2", "fma", "avx_vnni"}, "avx-vnni"),
+    ({"avx2", "fma", "avx512f", "avx512_core"}, "avx512"),
+    ({"avx2", "fma", "avx_vnni", "avx512f", "avx512_core"}, "avx512"),  # AVX-512 core overrides AVX-VNNI
+    ({"avx2", "fma", "avx512f"}, "avx2"),  # no BW/DQ/VL: not the AVX-512 core kernel
+    ({"avx2", "fma", "avx512f", "avx512_core", "avx512_vnni"}, "avx512-vnni"),
+    ({"avx2", "fma", "avx512f", "avx512_core", "avx512_vnni", "amx_int8"}, "amx"),
+])
+def test_the_x86_kernel_is_the_one_mlas_picks(features, kernel):
+    assert classify_x86(features) == kernel
+
+
+@pytest.mark.parametrize("features, kernel", [
+    ({"neon"}, "neon"), ({"neon", "dotprod"}, "neon-dot"), ({"neon", "dotprod", "i8mm"}, "neon-i8mm")])
+def test_the_arm64_kernel_is_the_one_mlas_picks(features, kernel):
+    assert classify_arm64(features) == kernel
+
+
+@pytest.mark.parametrize("kernel, weights, why", [
+    ("avx512-vnni", "int8", "avx512-vnni 8-bit products on this CPU"),
+    ("avx-vnni", "int8", "avx-vnni 8-bit products on this CPU"),
+    ("amx", "int8", "amx 8-bit products on this CPU"),
+    ("neon-dot", "int8", "neon-dot 8-bit products on this CPU"),
+    ("neon-i8mm", "int8", "neon-i8mm 8-bit products on this CPU"),
+    ("avx2", "fp32", "the int8 vocoder is not run: this CPU's uint8 x int8 products (avx2, no VNNI) saturate 16-bit sums"),
+    ("avx512", "fp32", "the int8 vocoder is not run: this CPU's uint8 x int8 products (avx512, no VNNI) saturate "
+                       "16-bit sums"),
+    ("neon", "fp32", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (neon), so int8 "
+                     "is no faster than fp32"),
+    ("sse", "fp32", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (sse), so int8 "
+                    "is no faster than fp32"),
+])
+def test_each_cpu_class_runs_the_vocoder_form_that_is_right_and_fast_there(builtin_artifact, kernel, weights, why):
+    from edged.vocoder.form import choose_vocoder
+
+    cpu = Cpu("a CPU", "x86_64", (), kernel)
+    int8 = replace(load_artifact(builtin_artifact), vocoder_weights="int8")
+    form = choose_vocoder(int8, "onnxruntime", cpu)
+    assert (form.weights, form.role, form.why) == (weights, "vocoder_int8" if weights == "int8" else "vocoder", why)
+    assert form.line() == f"vocoder: {weights} ({why})"
+    assert choose_vocoder(load_artifact(builtin_artifact), "onnxruntime", cpu).role == "vocoder"
+    trt = choose_vocoder(int8, "tensorrt", cpu)
+    assert (trt.weights, trt.why) == ("fp32", "the int8 vocoder is ONNX Runtime's CPU form; tensorrt runs the fp32 one")

@@ -224,7 +224,7 @@ def _quantize(args: argparse.Namespace) -> int:
     _form(args.weights, args.target, args.block, args.vocoder)
     try:
         stats = quantize_artifact(args.artifact, args.out, args.weights, args.target, args.block, vocoder=args.vocoder)
-    except FormError as exc:  # refused before anything was written
+    except ValueError as exc:  # a form, source or artifact refused, naming why (FormError, ArtifactError are ones)
         raise SystemExit(f"edged-engines: {exc}") from exc
     for role, counts in stats.items():
         print(f"{role}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))

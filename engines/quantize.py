@@ -174,9 +174,12 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     if weights is not None:
         weight_form = form(weights, target, block if block is not None or target != "cpu" else default_cpu_block(artifact))
     half = weight_form is not None and weight_form.half
-    if artifact.weights != "fp32" or artifact.precision not in (("fp32", "fp16") if half else ("fp32",)):
+    if weight_form is not None and (artifact.weights != "fp32" or
+                                    artifact.precision not in (("fp32", "fp16") if half else ("fp32",))):
         wanted = "an fp32 or fp16 one" if half else "an fp32 one"
         raise ValueError(f"{src}: the artifact is {artifact.precision} with {artifact.weights} weights; quantize {wanted}")
+    if vocoder is not None and artifact.precision != "fp32":  # its weights may be quantized already
+        raise ValueError(f"{src}: the int8 vocoder needs an fp32 network, the artifact is {artifact.precision}")
     if half and _has_experts(artifact):
         raise FormError(EXPERTS_REFUSAL)
     stats: dict[str, dict[str, int]] = {}

@@ -216,6 +216,16 @@ def test_the_cli_quantizes_weights_and_vocoder_together(builtin_artifact, tmp_pa
     assert "form: int4 for cpu, 64-row blocks" in printed and "vocoder: int8" in printed
     artifact = load_artifact(tmp_path / "both")
     assert (artifact.weights, artifact.weight_target, artifact.vocoder_weights) == ("int4", "cpu", "int8")
+    # the vocoder of an artifact whose weights are quantized already, in a second step
+    assert engines_main(["quantize", "--artifact", str(builtin_artifact), "--out", str(tmp_path / "w"),
+                         "--weights", "int4"]) == 0
+    assert engines_main(["quantize", "--artifact", str(tmp_path / "w"), "--out", str(tmp_path / "wv"),
+                         "--vocoder", "int8"]) == 0
+    later = load_artifact(tmp_path / "wv")
+    assert (later.weights, later.vocoder_weights) == ("int4", "int8")
+    assert (tmp_path / "wv" / "vocoder_int8.onnx").read_bytes() == (tmp_path / "both" / "vocoder_int8.onnx").read_bytes()
+    with pytest.raises(SystemExit, match="edged-engines: .*wv: the vocoder is already int8"):
+        engines_main(["quantize", "--artifact", str(tmp_path / "wv"), "--out", str(tmp_path / "again"), "--vocoder", "int8"])
 
 
 @pytest.mark.parametrize("model, message", [

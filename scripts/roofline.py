@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from edged.artifact import Artifact, load_artifact
 from edged.backends import make_backend
+from edged.cpu import this_cpu
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     a = load_artifact(args.artifact)
     gemv, summed = bandwidth(args.threads)
     print(f"command: python {' '.join(sys.argv)}")
+    print(f"cpu: {this_cpu().line()}, {os.cpu_count()} logical cores")
     print(f"bandwidth: {gemv:.1f} GB/s streaming fp32 weights through ONNX Runtime ({args.threads} threads), "
           f"{summed:.1f} GB/s numpy sum (1 thread)")
     print(f"artifact: {a.path} ({a.family}, weights {a.weights}, precision {a.precision})\n")

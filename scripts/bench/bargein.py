@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, start_jack
+from common import ROOT, machine, start_jack
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -233,6 +233,7 @@ def main() -> int:
     p.add_argument("--wire-runs", type=int, default=8)
     p.add_argument("--only", nargs="+", default=["room", "wire"], choices=["room", "wire"])
     args = p.parse_args()
+    print("\n".join(machine()), flush=True)
     jackd = start_jack("edged-bench")
     name = os.environ["JACK_DEFAULT_SERVER"]
     try:

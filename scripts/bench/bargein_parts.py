@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bargein import PHRASES, ROOM_SEEDS, VOICES
-from common import ROOT
+from common import ROOT, machine
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -101,6 +101,7 @@ def main() -> int:
     p.add_argument("--at", type=float, nargs="+", default=[2.7, 3.3], help="seconds into the reply the user starts")
     p.add_argument("--below", type=float, nargs="+", default=[5.0, 10.0], help="dB under the echo")
     args = p.parse_args()
+    print("\n".join(machine()), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         reply = at_voice_level(espeak(FORECAST, Path(tmp)))[:10 * RATE]
         users = [espeak(phrase, Path(tmp), voice) for voice, phrase in zip(VOICES, PHRASES)]

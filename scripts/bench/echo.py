@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT
+from common import ROOT, machine
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -194,6 +194,7 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--bulk", type=int, default=768, help="samples the reference leads its echo by")
     args = p.parse_args()
+    print("\n".join(machine()), flush=True)
     keys = ["erle_db", "false_starts", "first_false_s", "erle_moved_db", "false_starts_moved", "erle_next_db",
             "false_starts_next", "erle_room_db", "false_starts_room", "heard_ms_5", "user_loss_db_5", "after_user_db_5",
             "heard_ms_10", "user_loss_db_10", "after_user_db_10", "heard_ms_start_cold", "heard_ms_start_warm", "cost_us"]

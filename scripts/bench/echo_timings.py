@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT
+from common import ROOT, machine
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -176,6 +176,7 @@ def main() -> int:
     p.add_argument("--user-at", type=float, nargs="+", default=[3.0, 0.2], metavar="S",
                    help="seconds into the reply the user starts speaking (with --user)")
     args = p.parse_args()
+    print("\n".join(machine()), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         speech = at_voice_level(espeak(FORECAST, Path(tmp)))
         user = espeak(USER, Path(tmp), "en-us+f2")

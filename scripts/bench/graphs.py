@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np
-from common import step_feed
+from common import machine, step_feed
 
 CASES = {"talker.onnx": ({"B": 1, "T": 1, "L": 64, "P": 256}, 60, 10),
          "code_predictor.onnx": ({"B": 1, "T": 1, "V": 1, "P": 16}, 12, 60)}
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("new", type=Path)
     p.add_argument("--repeats", type=int, default=9)
     args = p.parse_args(argv)
+    print("\n".join(machine()), flush=True)
     opts = OrtBackend(1).session_options()
     ways = {}
     for graph, (dims, position, calls) in CASES.items():

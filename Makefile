@@ -39,11 +39,12 @@ system-deps:
 # The suite in two parts: everything but the audio tests on TEST_WORKERS pytest-xdist workers (a
 # module per worker; the tiny artifacts built once, tests/support/built_once.py), then the audio tests
 # alone, one at a time: they are paced by JACK's clock on a machine nothing else of the suite loads.
+# Each part ends with its slowest tests (--durations): where the time goes on this machine's CPU.
 # Both parts always run; the target fails if either did.
 TEST_WORKERS ?= 2
 test: system-deps install-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/audio; cpu=$$?; \
-	$(BIN)/python -m pytest -q tests/audio; audio=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 --ignore=tests/audio; cpu=$$?; \
+	$(BIN)/python -m pytest -q --durations=10 tests/audio; audio=$$?; \
 	test $$cpu -eq 0 -a $$audio -eq 0
 
 lint: install-dev

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from edged.cpu import Cpu
 from edged.locate import NoDaemon, candidates, daemon_endpoint
 
 EXIT_FAILED = 1
@@ -199,6 +200,8 @@ def format_status(s: dict) -> str:
         ("uptime", f"{s['uptime_s']:.1f} s"),
         ("artifact", f"{s['artifact']} ({s['family']})"),
         ("model", _model(s["model"])),
+        ("cpu", Cpu(s["cpu"]["model"], s["cpu"]["arch"], tuple(s["cpu"]["features"]), s["cpu"]["int8_products"]).line()),
+        ("vocoder", f"{s['vocoder']['weights']} ({s['vocoder']['why']})"),
         ("cohort", f"{cohort['running']}/{cohort['max_batch']} members{members}"),
         ("queue", f"{queue['waiting']} waiting (limit {queue['limit']})"),
         ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),

@@ -4,6 +4,9 @@ tests/support/emulated.py) that is the fp32 vocoder, whose audio the client gets
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from support.emulated import SATURATING, qemu
@@ -51,6 +54,12 @@ def test_on_this_cpu_the_boot_line_and_status_name_the_vocoder_the_rule_picks(st
     assert f"cpu: {this_cpu().line()}" in log
     assert f"vocoder: {weights} ({status['vocoder']['why']})" in log
     assert pcm.size > 0 and np.isfinite(pcm).all()
+    shown = subprocess.run([sys.executable, "-m", "edged", "status", "--endpoint", daemon.endpoint],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    rows = dict(line.split(None, 1) for line in shown.stdout.splitlines())
+    assert rows["cpu"] == this_cpu().line()
+    assert rows["vocoder"] == f"{weights} ({status['vocoder']['why']})"
 
 
 def test_on_a_saturating_cpu_the_daemon_serves_the_fp32_vocoder_and_says_why(start_daemon, int8_artifact,

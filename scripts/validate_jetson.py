@@ -6,6 +6,8 @@
 
 In order, each a row of the summary (PASS / FAIL / SKIP and what was measured):
 1. environment: TensorRT, CUDA device, jetson_clocks (`--clocks` runs `sudo jetson_clocks` first);
+   the CPU as ONNX Runtime's kernels see it (edged/cpu.py: on an Orin it must report the dot product,
+   whose 8-bit products are exact, so an int8 vocoder on ONNX Runtime would run there);
    then the backend's CUDA side alone (`scripts/validate_cuda.py`'s rows: kernels built and run,
    the K/V append, copies, CUDA graphs, a failed capture);
 2. plans: `edged-engines plans` for a copy of the artifact (fp32, TF32 off);
@@ -62,6 +64,7 @@ from summary import Summary
 from edged.artifact import BUILTIN, load_artifact
 from edged.backends import make_backend
 from edged.core import Core
+from edged.cpu import DOT, this_cpu
 from edged.request import Sampling, SpeechRequest
 from edged.synth import Synthesizer
 
@@ -77,6 +80,11 @@ def environment(backend: str, clocks: bool, summary: Summary) -> None:
     shown = subprocess.run(["jetson_clocks", "--show"], capture_output=True, text=True) \
         if shutil.which("jetson_clocks") else None
     clock_state = "jetson_clocks: " + ("set" if clocks else "as found") if shown is not None else "not a Jetson"
+    cpu = this_cpu()
+    # Orin's Cortex-A78AE has the dot product: ONNX Runtime's 8-bit products there are exact (edged/cpu.py)
+    summary.add("cpu", cpu.int8_products in DOT if cpu.arch == "aarch64" else None,
+                f"{cpu.line()}; an int8 vocoder would run as {'int8' if cpu.int8_products in DOT else 'fp32'} on "
+                f"ONNX Runtime")
     if backend != "tensorrt":
         summary.add("environment", None, f"backend {backend} (dry run); {clock_state}")
         return

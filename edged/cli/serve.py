@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config).with_overrides(artifact=args.artifact, listen=args.listen,
                                                          audio_device=args.audio_device, input_device=args.input_device)
-    except ConfigError as exc:
-        print(f"edged serve: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # before logging is set up (the config names its level): the same line, on stderr
+        print(f"edged serve: boot failed: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     setup_logging(config.daemon.log_level)
     try:

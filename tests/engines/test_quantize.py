@@ -141,9 +141,9 @@ def test_the_cli_quantizes_and_refuses_what_it_cannot(quantized, builtin_artifac
     printed = capsys.readouterr().out
     assert "talker:" in printed and load_artifact(tmp_path / "q").weights == "int8"
     assert "form: int8 for cpu, 64-row blocks" in printed  # the block chosen for the builtin's K
-    with pytest.raises(ValueError, match="quantize an fp32 one"):
+    with pytest.raises(SystemExit, match="^edged-engines: .*int4: the artifact is fp32 with int4 weights; quantize an fp32 one"):
         engines_main(["quantize", "--artifact", str(out / "int4"), "--out", str(tmp_path / "again"), "--weights", "int8"])
-    with pytest.raises(ValueError, match="the artifact is fp16 with int4 weights; quantize an fp32 or fp16 one"):
+    with pytest.raises(SystemExit, match="the artifact is fp16 with int4 weights; quantize an fp32 or fp16 one"):
         engines_main(["quantize", "--artifact", str(out / "jetson"), "--out", str(tmp_path / "again"), "--weights",
                       "int4", "--target", "jetson"])
     with pytest.raises(SystemExit, match="--weights int8/int4 for cpu needs --precision fp32"):

@@ -1,6 +1,6 @@
 """A small synchronous client for the edged daemon (protocol v1 over a ZeroMQ DEALER socket).
 
-    with Client("ipc:///run/edged/edged.sock") as c:
+    with Client() as c:
         done = c.speak("Hello.", play=False, stream=True).wait()
 
 Several utterances may be in flight at once: replies are demultiplexed by id, and replies for
@@ -342,6 +342,12 @@ class Client:
                                  f"history {session!r}")
         assert isinstance(reply, HistoryReply)
         return reply.turns
+
+    def messages(self, session: str) -> list[dict[str, str]]:
+        """The session's history in the form an OpenAI-compatible chat takes, [{role, content}] oldest
+        first, once pending calibrations are done (`history(wait=True)`): the assistant's turns as far
+        as they were heard, without `history`'s other keys (interrupted, response_id, pending)."""
+        return [{"role": t["role"], "content": t["content"]} for t in self.history(session, wait=True)]
 
     def status(self) -> dict[str, Any]:
         self._send(protocol.encode(protocol.Status()), "status")

@@ -100,8 +100,7 @@ class Conversation:
             self.turns.append({"role": "user", "content": prompt})
             return self.system + self.turns
         self.client.turn(self.session, "user", prompt)
-        history = self.client.history(self.session, wait=True)  # the last answer cut to what was heard
-        return self.system + [{"role": t["role"], "content": t["content"]} for t in history]
+        return self.system + self.client.messages(self.session)  # the last answer cut to what was heard
 
     def answered(self, answer: str) -> None:
         if self.session is None:

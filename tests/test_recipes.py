@@ -4,8 +4,8 @@ directories, the Hugging Face cache), with these stand-ins for what this machine
 
 - a command that installs what `make test` has just installed (`make install-dev`, the doors extra)
   is not run again;
-- a server started with `&` is waited for before the next command, as a person would wait for it
-  (the daemon: until `edged status` answers; a front door: until its port accepts connections);
+- nothing is waited for but what the recipe itself waits for (`edged status --wait`, curl's
+  retries), so a block pasted whole into a shell works as the test runs it;
 - the Hugging Face Hub is a local endpoint serving a tiny checkpoint under the released repo's name
   (HF_ENDPOINT), and the LLM a local server streaming a chat completion on the recipe's URL;
 - the systemd recipe runs in tests/systemd/test_install.py, in a private mount namespace.
@@ -36,32 +36,12 @@ def words(line: str) -> list[str]:
     return shlex.split(line, comments=True)
 
 
-def waiting_for(line: str) -> str | None:
-    """The shell line that waits until the server started by `line` (run with &) serves, or None."""
-    command = words(line)
-    if command[-1:] != ["&"]:
-        return None
-    if command[:2] == [".venv/bin/edged", "serve"]:
-        check = ".venv/bin/edged status >/dev/null 2>&1"
-    elif command[:2] == [".venv/bin/edged", "wyoming"]:
-        port = command[command.index("--uri") + 1].rpartition(":")[2] if "--uri" in command else "10200"
-        check = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
-    elif command[:2] == [".venv/bin/edged", "http"]:
-        port = command[command.index("--listen") + 1].rpartition(":")[2] if "--listen" in command else "8880"
-        check = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
-    else:
-        return None
-    return f"for _ in $(seq 600); do {check} && break; sleep 0.1; done; {check}"
-
-
 def script(lines: list[str]) -> str:
     out = ["set -euo pipefail"]
     for line in lines:
         if " ".join(words(line)) in INSTALLED_BY_MAKE_TEST:
             continue
         out.append(line)
-        if wait := waiting_for(line):
-            out.append(wait)
     return "\n".join(out) + "\n"
 
 

@@ -7,6 +7,7 @@ import codecs
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def add_parser(commands) -> None:
 
     p = commands.add_parser("status", help="show the daemon's status")
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for a daemon to answer (one still booting, or just started with &)")
     _endpoint(p)
     p.set_defaults(run=reached(status))
 
@@ -144,13 +147,25 @@ def history(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        s = client.status()
+    s = _status(args, time.monotonic() + args.wait)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
     print(format_status(s))
     return 0
+
+
+def _status(args: argparse.Namespace, deadline: float) -> dict:
+    """The daemon's status; until `deadline`, a daemon not found or not answering yet is asked again
+    (its socket appears when its boot is done)."""
+    while True:
+        try:
+            with _client(args) as client:
+                return client.status()
+        except (NoDaemon, TimeoutError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _speaker(out: dict) -> str:

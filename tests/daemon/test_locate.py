@@ -7,11 +7,13 @@ The system socket is reached for real: the daemon runs in a private mount namesp
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,26 @@ def test_with_no_daemon_a_client_says_what_it_tried_at_once(tmp_path):
     assert line.startswith("edged status: no daemon found (") and "\n" not in line, done.stderr
     assert f"ipc://{tmp_path}/edged/edged.sock: no such socket" in line
     assert "ipc:///run/edged/edged.sock: " in line and "edged serve" in line
+
+
+def test_status_wait_answers_once_a_daemon_started_after_it_is_ready_and_gives_up_naming_what_it_tried(tmp_path):
+    """`edged status --wait S`, as the README's recipes run it after `edged serve &`."""
+    env = {**user_env(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}  # its history in the test's directory
+    waiting = subprocess.Popen([sys.executable, "-m", "edged", "status", "--wait", "120", "--json"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen([sys.executable, "-m", "edged", "serve", "--audio-device", "none", "--input-device",
+                               "none"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out, err = waiting.communicate(timeout=150)
+        assert waiting.returncode == 0, err
+        assert json.loads(out)["state"] == "serving"
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+    t0 = time.monotonic()
+    done = edged("status", "--wait", "1.5", env=env)
+    assert done.returncode == 1 and time.monotonic() - t0 >= 1.5
+    assert done.stderr.startswith("edged status: no daemon found (") and f"ipc://{tmp_path}/edged/edged.sock" in done.stderr
 
 
 def test_a_socket_nobody_listens_on_is_named_as_such(tmp_path, monkeypatch):

@@ -34,12 +34,14 @@ def test_turns_keep_their_order_and_acks_give_the_heard_prefix(daemon):
             client.ack(utt.id, ms)
         client.ack(utt.id, 1700, final=True)  # the client's playback was cut here
         turns = client.history("conv", wait=True)
+        messages = client.messages("conv")
     heard = expected_prefix(TEXT, 1700)
     assert heard and TEXT.startswith(heard) and len(heard) < len(TEXT)
     assert turns == [{"role": "system", "content": "You are a robot."},
                      {"role": "user", "content": "Tell me something."},
                      {"role": "assistant", "content": heard, "interrupted": True, "response_id": utt.id},
                      {"role": "user", "content": "Stop."}]
+    assert messages == [{"role": t["role"], "content": t["content"]} for t in turns]  # what an LLM takes
 
 
 def test_policy_none_keeps_an_interrupted_reply_all_or_nothing(tmp_path):

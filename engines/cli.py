@@ -9,6 +9,7 @@ Face repo id (engines/hub.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the backend the quantized form is for: cpu (ONNX Runtime, an fp32 network) or jetson "
                         "(TensorRT 10.3: int4 only, in the fp16 network whatever --precision says; "
                         "engines/weight_form.py)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the libraries' messages (torch, transformers) as they come, not in OUT/export.log")
     p.add_argument("--vocoder", choices=["fp32", "int8"], default="fp32",
                    help="int8: a second vocoder whose convolutions are 8-bit products, about twice as fast on a "
                         "CPU with VNNI or ARM's dot product and not exact; the fp32 one stays beside it and runs on "
@@ -194,17 +197,45 @@ def _export(args: argparse.Namespace) -> int:
 
         if family_of(checkpoint).__name__.rsplit(".", 1)[-1] in EXPERT_FAMILIES:
             raise SystemExit(f"edged-engines: {EXPERTS_REFUSAL}")
-    export(checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
+    log = args.out / "export.log"
+    stage = _stages("export", log, args.verbose)
+    with stage(f"exporting {checkpoint} to {args.out}: the graphs, tables and tokenizer"):
+        export(checkpoint, args.out, max_batch=args.max_batch, max_seq=args.max_seq)
     if weights or vocoder:
         from engines.quantize import quantize_artifact
 
-        quantize_artifact(args.out, args.out, weights, args.target, vocoder=vocoder)
+        forms = [f"{weights} weights for {args.target}"] * bool(weights) + [f"an {vocoder} vocoder"] * bool(vocoder)
+        with stage(f"quantizing: {' and '.join(forms)}"):
+            quantize_artifact(args.out, args.out, weights, args.target, vocoder=vocoder)
     if args.precision == "fp16" and not (weights and args.target == "jetson"):  # the jetson form is already fp16
         from engines.fp16 import convert_artifact
 
-        convert_artifact(args.out, args.out)
-    print(args.out)
+        with stage("converting to the fp16 network"):
+            convert_artifact(args.out, args.out)
+    print(f"edged-engines export: wrote the artifact {args.out}; serve it with: edged serve --artifact {args.out}"
+          + (" (on a Jetson, edged-engines plans first)" if args.precision == "fp16" or args.target == "jetson" else ""))
     return 0
+
+
+def _stages(command: str, log: Path, verbose: bool):
+    """A context per stage: its progress line, then the stage with the libraries' messages in `log`
+    (`verbose`: on the terminal); a stage that fails names the log."""
+    from engines.quiet import quiet
+
+    @contextlib.contextmanager
+    def stage(what: str):
+        print(f"edged-engines {command}: {what}", flush=True)
+        if verbose:
+            yield
+            return
+        try:
+            with quiet(log):
+                yield
+        except BaseException:
+            print(f"edged-engines {command}: the libraries' messages are in {log}", file=sys.stderr, flush=True)
+            raise
+
+    return stage
 
 
 def _fp16(args: argparse.Namespace) -> int:

@@ -222,6 +222,13 @@ def test_an_omni_checkpoint_is_fetched_without_the_shards_its_export_never_reads
     done = engines(home, hub.url, "export", "--checkpoint", OMNI, "--out", str(out), "--max-seq", "64")
     assert done.returncode == 0, done.stderr
     assert load_artifact(out).family == "qwen3_omni"
+    # quiet: a line per stage and one naming the artifact and what to run next; the libraries' warnings in a log
+    assert done.stdout.splitlines()[-2:] == [
+        f"edged-engines export: exporting {done.stdout.split('exporting ')[1].split(' to ')[0]} to {out}: the graphs, "
+        f"tables and tokenizer",
+        f"edged-engines export: wrote the artifact {out}; serve it with: edged serve --artifact {out}"]
+    assert "warn" not in (done.stdout + done.stderr).lower(), done.stdout + done.stderr
+    assert "warn" in (out / "export.log").read_text().lower()
     shards = {name for name in files if name.endswith(".safetensors")} - {unread}
     tokenizer = {"tokenizer_config.json", "vocab.json", "merges.txt"}
     assert sorted(set(hub.files_fetched())) == sorted({"config.json", INDEX} | tokenizer | shards)

@@ -151,7 +151,10 @@ def _checkpoint(name: str, revision: str | None) -> Path:
         return path
     if not is_repo_id(name):
         raise HubError(f"{name}: no such directory, and not a Hugging Face repo id (owner/name)")
-    return pull(name, revision)
+    try:
+        return pull(name, revision)
+    except HubError as exc:  # it may have been meant as a path: say it is not one here either
+        raise HubError(f"{exc} (and there is no directory {name} here)") from exc
 
 
 def _tiny(args: argparse.Namespace) -> int:

@@ -127,13 +127,14 @@ def _cached(repo_id: str, revision: str, local_dir: Path | None, unreachable: Ex
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     why, where = _unreachable(unreachable), f"{repo_id}@{revision}"
+    forward = (f": pull it where the hub can be reached (edged-engines pull {repo_id}) and copy the cache "
+               f"({constants.HF_HUB_CACHE}) here, or export from a checkpoint directory")
     try:
         snapshot = Path(snapshot_download(repo_id, revision=revision, local_dir=local_dir, local_files_only=True))
     except LocalEntryNotFoundError as exc:
-        raise HubError(f"{where} is not in the cache ({local_dir or constants.HF_HUB_CACHE}) and the hub cannot "
-                       f"be reached ({why})") from exc
+        raise HubError(f"{where} is not in the cache ({local_dir or constants.HF_HUB_CACHE}) and {why}{forward}") from exc
     if not (snapshot / CONFIG).is_file():
-        raise HubError(f"{where}: the cached snapshot {snapshot} has no {CONFIG} and the hub cannot be reached ({why})")
+        raise HubError(f"{where}: the cached snapshot {snapshot} has no {CONFIG} and {why}{forward}")
     files: CheckpointFiles = family_of(snapshot).CHECKPOINT
     needed = set(files.required)
     if (snapshot / INDEX).is_file():
@@ -142,10 +143,8 @@ def _cached(repo_id: str, revision: str, local_dir: Path | None, unreachable: Ex
         needed.add(SINGLE)
     missing = sorted(name for name in needed if not (snapshot / name).is_file())
     if missing:
-        raise HubError(f"{where}: the cached snapshot {snapshot} lacks {', '.join(missing)} and the hub cannot be "
-                       f"reached ({why})")
-    print(f"edged-engines: {where}: the hub cannot be reached ({why}); using the cached snapshot {snapshot}",
-          file=sys.stderr)
+        raise HubError(f"{where}: the cached snapshot {snapshot} lacks {', '.join(missing)} and {why}{forward}")
+    print(f"edged-engines: {where}: {why}; using the cached snapshot {snapshot}", file=sys.stderr)
     return snapshot
 
 
@@ -154,8 +153,8 @@ def _unreachable(exc: Exception) -> str:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     if isinstance(exc, OfflineModeIsEnabled):
-        return "HF_HUB_OFFLINE=1"
-    return f"{constants.ENDPOINT}: {_reason(exc)}"
+        return "the hub was not asked (HF_HUB_OFFLINE=1)"
+    return f"the hub cannot be reached ({constants.ENDPOINT}: {_reason(exc)})"
 
 
 def _explain(exc: OSError, repo_id: str, revision: str) -> str:

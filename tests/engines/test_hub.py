@@ -169,15 +169,19 @@ def test_with_the_cache_filled_a_snapshot_is_found_offline_and_with_the_hub_down
         endpoint = hub.url
     offline = engines(home, endpoint, "pull", TTS, HF_HUB_OFFLINE="1")
     assert pulled(offline) == snapshot and checkpoint_files(snapshot) == files
-    assert f"{TTS}@main: the hub cannot be reached (HF_HUB_OFFLINE=1); using the cached snapshot {snapshot}" in offline.stderr
+    assert f"{TTS}@main: the hub was not asked (HF_HUB_OFFLINE=1); using the cached snapshot {snapshot}" in offline.stderr
     down = engines(home, endpoint, "pull", TTS)
     assert pulled(down) == snapshot
     assert f"the hub cannot be reached ({endpoint}: [Errno 111] Connection refused); using the cached snapshot" in down.stderr
 
-    for env in ({}, {"HF_HUB_OFFLINE": "1"}):  # a repo never fetched
+    for env, why in (({}, f"the hub cannot be reached ({endpoint}: "),  # a repo never fetched
+                     ({"HF_HUB_OFFLINE": "1"}, "the hub was not asked (HF_HUB_OFFLINE=1)")):
         line = one_line(engines(home, endpoint, "export", "--checkpoint", "edged/other", "--out", str(tmp_path / "x"),
                                 **env), "export")
-        assert f"edged/other@main is not in the cache ({home / 'hub'}) and the hub cannot be reached" in line
+        assert f"edged/other@main is not in the cache ({home / 'hub'}) and {why}" in line
+        assert line.endswith(f": pull it where the hub can be reached (edged-engines pull edged/other) and copy the "
+                             f"cache ({home / 'hub'}) here, or export from a checkpoint directory (and there is no "
+                             f"directory edged/other here)"), line
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,9 @@ def add_parser(commands) -> None:
 
     p = commands.add_parser("http", help="serve OpenAI's speech API (/v1/audio/speech) in front of the daemon")
     p.add_argument("--listen", default="127.0.0.1:8880", help="HOST:PORT to listen on (default: 127.0.0.1:8880)")
+    p.add_argument("--text-filter", default="none", choices=("llm", "none"),
+                   help="what a request without its own text_filter gets: llm drops <think> blocks and markdown "
+                        "(an LLM's text), none speaks the input as sent (default: none, as OpenAI's API)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="a file holding the API key clients must send (Authorization: Bearer KEY)")
     _common(p)
@@ -141,7 +144,7 @@ def http(args: argparse.Namespace) -> int:
             raise Refused(f"--api-key-file {args.api_key_file}: {exc.strerror or exc}") from None
         if not api_key:
             raise Refused(f"--api-key-file {args.api_key_file} is empty")
-    door = HttpDoor(_link(args), api_key=api_key)
+    door = HttpDoor(_link(args), api_key=api_key, text_filter=args.text_filter)
     _logging(args)
     log.info("http: listening on %s, speaking through %s%s", args.listen, door.link.endpoint,
              " (API key required)" if api_key else "")

@@ -36,6 +36,7 @@ from edged.client import Audio
 from edged.doors.link import DaemonDown, DaemonLink, Speech
 from edged.doors.offer import OfferCache, speak_voice, unknown_voice
 from edged.protocol import Done, ProtocolError, Rejected
+from edged.protocol.checks import TEXT_FILTERS
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,9 @@ def wav_header(rate: int) -> bytes:
             struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16) + b"data" + struct.pack("<I", 0xFFFFFFFF))
 
 
-def speech_fields(body: Any) -> dict[str, Any]:
-    """The request body, checked: {input, voice, format, instructions, sse}; ApiError 400 names the field."""
+def speech_fields(body: Any, text_filter: str = "none") -> dict[str, Any]:
+    """The request body, checked: {input, voice, format, instructions, sse, text_filter} (`text_filter`:
+    the door's default where the body has none); ApiError 400 names the field."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model")
@@ -111,8 +113,12 @@ def speech_fields(body: Any) -> dict[str, Any]:
     if stream_format not in ("audio", "sse"):
         raise ApiError(400, f"stream_format {stream_format!r} is not supported (supported: audio, sse)",
                        param="stream_format")
+    text_filter = body.get("text_filter", text_filter)
+    if text_filter not in TEXT_FILTERS:
+        raise ApiError(400, f"text_filter {text_filter!r} is not supported (supported: {', '.join(TEXT_FILTERS)})",
+                       param="text_filter")
     return {"input": text, "voice": voice, "format": fmt, "instructions": instructions or None,
-            "sse": stream_format == "sse"}
+            "sse": stream_format == "sse", "text_filter": text_filter}
 
 
 class SpeechBody:
@@ -184,22 +190,25 @@ def usage(done: Done) -> dict[str, int]:
 
 
 class HttpDoor:
-    def __init__(self, link: DaemonLink, *, api_key: str | None = None):
+    def __init__(self, link: DaemonLink, *, api_key: str | None = None, text_filter: str = "none"):
+        """text_filter: what a request without `text_filter` gets ("llm": no reasoning, no markdown)."""
         self.link = link
         self.offers = OfferCache(link)
         self.api_key = api_key
+        self.text_filter = text_filter
 
     async def speech(self, request: Request) -> Response | SpeechBody:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the request body is not JSON: {exc}") from None
-        fields = speech_fields(body)
+        fields = speech_fields(body, self.text_filter)
         model, voice = await self.offers.model(), speak_voice(fields["voice"])
         instruct = fields["instructions"] if model.instruct else None
         if fields["instructions"] and not model.instruct:
             log.info("instructions ignored: this model (%s) takes none", model.type)
-        speech = await self.link.speak(fields["input"], voice=voice, instruct=instruct, format="s16le")
+        speech = await self.link.speak(fields["input"], voice=voice, instruct=instruct, format="s16le",
+                                       text_filter=fields["text_filter"])
         try:
             first = await speech.next()
             if isinstance(first, Rejected):

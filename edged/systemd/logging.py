@@ -46,13 +46,16 @@ Sender = Callable[[Fields], None]
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# Extras that only restyle the message for a terminal: uvicorn's `color_message` (ANSI colour codes)
+_PRESENTATION = {"color_message"}
 _INVALID = re.compile(r"[^A-Z0-9_]")
 _installed: logging.Handler | None = None  # what setup_logging() added to the root logger
 
 
 def record_extras(record: logging.LogRecord) -> dict[str, object]:
     """The record's `extra={...}` items, in the order they were given."""
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+    return {k: v for k, v in record.__dict__.items()
+            if k not in _STANDARD and k not in _PRESENTATION and not k.startswith("_")}
 
 
 def field_name(key: str) -> str:

@@ -13,6 +13,8 @@ import openai
 import pytest
 from support.doors import http
 
+from edged.llm_text import filter_llm_text
+
 TEXT = "Hello from the front door."
 
 
@@ -74,14 +76,39 @@ def test_instructions_reach_the_model_as_its_instruct(front):
     ({"input": ""}, "input", "input must be a non-empty string"),
     ({"input": "x" * 4097}, "input", "input is 4097 characters; at most 4096"),
     ({"stream_format": "ws"}, "stream_format", "stream_format 'ws' is not supported (supported: audio, sse)"),
+    ({"text_filter": "markdown"}, "text_filter", "text_filter 'markdown' is not supported (supported: llm, none)"),
 ])
 def test_bad_requests_are_400_in_openais_error_shape(front, fields, param, wanted):
     request = {"model": "tts-1", "voice": "aiden", "input": TEXT, **fields}
+    extension = {"text_filter": request.pop("text_filter")} if "text_filter" in request else None  # not OpenAI's
     with pytest.raises(openai.BadRequestError) as caught:
-        client(front).audio.speech.create(**request)
+        client(front).audio.speech.create(**request, extra_body=extension)
     assert caught.value.status_code == 400
     error = caught.value.body
     assert error["message"] == wanted and error["param"] == param and error["type"] == "invalid_request_error"
+
+
+LLM_TEXT = "<think>The user wants a greeting.</think>**Hello** from the *front* door."
+
+
+def test_the_text_filter_drops_reasoning_and_markdown_per_request_or_by_the_doors_default(front, tmp_path):
+    """`text_filter: "llm"` in the body (an extension field), or `edged http --text-filter llm` for
+    every request without one; absent both, the input is spoken as sent (OpenAI's API)."""
+    spoken = filter_llm_text(LLM_TEXT)
+    assert spoken == "Hello from the front door."
+    asked = client(front).audio.speech.create(model="tts-1", voice="aiden", input=LLM_TEXT, response_format="pcm",
+                                              extra_body={"text_filter": "llm"})
+    assert asked.read() == front.reference(spoken, voice="aiden")
+    plain = client(front).audio.speech.create(model="tts-1", voice="aiden", input=LLM_TEXT, response_format="pcm")
+    assert plain.read() == front.reference(LLM_TEXT, voice="aiden")
+    door = http(tmp_path, front.daemon.endpoint, "--text-filter", "llm")
+    try:
+        by_default = openai.OpenAI(base_url=f"http://127.0.0.1:{door.port}/v1", api_key="none", max_retries=0,
+                                   timeout=120).audio.speech.create(model="tts-1", voice="aiden", input=LLM_TEXT,
+                                                                    response_format="pcm")
+        assert by_default.read() == front.reference(spoken, voice="aiden")
+    finally:
+        assert door.close() == 0, door.read_log()
 
 
 def test_a_request_the_daemon_rejects_is_a_400_with_its_reason(front):

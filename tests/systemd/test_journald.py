@@ -154,8 +154,10 @@ def test_native_sender_encodes_fields_and_passes_big_entries_as_a_sealed_memfd(f
     log.addHandler(handler)
     log.propagate = False
     try:
-        log.warning("two\nlines", extra={"request_id": "r1", "reason": "cancelled", "weird-key.x": 3})
+        log.warning("two\nlines", extra={"request_id": "r1", "reason": "cancelled", "weird-key.x": 3,
+                                          "color_message": "\x1b[36mtwo\x1b[0m"})  # as uvicorn adds to its own
         fields = decode_native(sock.recv(65536))
+        assert "COLOR_MESSAGE" not in fields and not any("\x1b" in v for v in fields.values())
         assert fields["MESSAGE"] == "two\nlines" and fields["PRIORITY"] == "4" and fields["SYSLOG_IDENTIFIER"] == "edged"
         assert fields["REQUEST_ID"] == "r1" and fields["REASON"] == "cancelled" and fields["WEIRD_KEY_X"] == "3"
         assert fields["LOGGER"] == "edged.test.native" and fields["CODE_FUNC"].startswith("test_native_sender")
@@ -217,7 +219,8 @@ def test_outside_systemd_records_go_to_stderr_readably(monkeypatch, capsys):
         assert setup_logging("WARNING") is not handler and handler not in root.handlers  # replaced, not stacked
         handler = setup_logging("info")
         handler.stream = sys.stderr  # capsys swapped stderr after the handler was made
-        logging.getLogger("edged.test").info("done", extra={"request_id": "r9", "reason": "eos"})
+        logging.getLogger("edged.test").info("done", extra={"request_id": "r9", "reason": "eos",
+                                                            "color_message": "\x1b[1mdone\x1b[0m"})
         line = capsys.readouterr().err.strip()
         assert line.endswith("INFO    edged.test: done [request_id=r9 reason=eos]"), line
         with pytest.raises(ValueError, match="unknown log level 'loud'"):

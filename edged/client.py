@@ -245,7 +245,9 @@ def media_frame(hidden: np.ndarray) -> bytes:
 class Client:
     """A connection to the daemon at `endpoint` (e.g. "ipc:///run/edged/edged.sock"). None: the first
     socket a daemon listens on of this user's own and the system daemon's (as `edged say` finds it;
-    edged.locate), else NoDaemon naming both.
+    edged.locate), else NoDaemon naming both. An ipc:// endpoint nobody listens on is NoDaemon at once,
+    naming why (no such socket, permission denied, nothing listens on it), as the commands say it; a
+    tcp:// one is connected to as given (ZeroMQ waits for it).
 
     `timeout_s` bounds every wait for one reply (the next event of an utterance, a status or a
     history), not a whole utterance; it raises TimeoutError naming what was awaited. An `error`
@@ -256,7 +258,7 @@ class Client:
     def __init__(self, endpoint: str | None = None, timeout_s: float = 30.0, *, context: zmq.Context | None = None,
                  server_key: str | None = None, certificate: str | None = None):
         """server_key, certificate: CURVE over tcp:// (module docstring); ValueError names a bad key file."""
-        endpoint = endpoint if endpoint is not None else daemon_endpoint()
+        endpoint = daemon_endpoint(endpoint)
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._socket = connect(context or zmq.Context.instance(), zmq.DEALER, endpoint,

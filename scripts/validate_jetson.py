@@ -352,6 +352,7 @@ def boot_time(log: str, summary: Summary) -> None:
 
 def wait_ready(endpoint: str, daemon: subprocess.Popen, tmp: Path) -> None:
     from edged.client import Client
+    from edged.locate import NoDaemon
 
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -361,7 +362,7 @@ def wait_ready(endpoint: str, daemon: subprocess.Popen, tmp: Path) -> None:
             with Client(endpoint, timeout_s=1) as c:
                 c.status()
             return
-        except TimeoutError:
+        except (TimeoutError, NoDaemon):  # not answering yet, or its socket not there yet
             time.sleep(0.5)
     raise RuntimeError("the daemon did not become ready")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from support.wire import pack, speak_header
 
 from edged import protocol
 from edged.client import Audio, Client, RequestRejected, Utterance
+from edged.locate import NoDaemon
 from edged.protocol import (
     Accepted,
     Ack,
@@ -228,8 +230,17 @@ def test_timeouts_name_what_was_awaited(daemon, endpoint, tmp_path):
         assert c.speak("hello").wait().reason == "eos"  # the client still works after a timeout
         with pytest.raises(ValueError, match="already in flight"):
             c.speak("again", id="quiet")
-    with Client(f"ipc://{tmp_path}/nobody.sock", timeout_s=0.1) as c:
-        with pytest.raises(TimeoutError, match="status: no reply within 0.1 s"):
-            c.status()
-        with pytest.raises(TimeoutError, match="history 's': no reply"):
-            c.history("s")
+    silent = zmq.Context.instance().socket(zmq.ROUTER)  # listens, never answers
+    silent.bind(f"ipc://{tmp_path}/silent.sock")
+    try:
+        with Client(f"ipc://{tmp_path}/silent.sock", timeout_s=0.1) as c:
+            with pytest.raises(TimeoutError, match="status: no reply within 0.1 s"):
+                c.status()
+            with pytest.raises(TimeoutError, match="history 's': no reply"):
+                c.history("s")
+    finally:
+        silent.close(linger=0)
+    t0 = time.monotonic()  # nothing listening at an explicit ipc endpoint: said at once, not waited out
+    with pytest.raises(NoDaemon, match=f"no daemon found \\(ipc://{tmp_path}/nobody.sock: no such socket\\)"):
+        Client(f"ipc://{tmp_path}/nobody.sock", timeout_s=30)
+    assert time.monotonic() - t0 < 5

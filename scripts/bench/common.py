@@ -31,6 +31,7 @@ from edged import bench
 from edged.artifact import ArtifactError, load_artifact
 from edged.client import Client
 from edged.core import Core
+from edged.locate import NoDaemon
 from edged.request import SpeechRequest
 
 TEXTS = list(bench.TEXTS)
@@ -474,7 +475,7 @@ def start_daemon(artifact: str | None, tmp: Path, threads: str = "") -> tuple[su
             with Client(endpoint, timeout_s=0.5) as client:
                 client.status()
             return proc, endpoint
-        except TimeoutError:
+        except (TimeoutError, NoDaemon):  # not answering yet, or its socket not there yet
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((tmp / "daemon.log").read_text()) from None
 

@@ -149,12 +149,26 @@ def exchange(client: Client, conversation: Conversation, prompt: str, args: argp
         return 2
     conversation.answered("".join(answer))
     audio.append((utterance.pcm, utterance.sample_rate))
+    unheard = unheard_why(args.no_play, done.report)
+    if unheard and args.session is not None:
+        print(f"llm_speak: {unheard}, so session {args.session!r} keeps this answer as unheard (\"\", interrupted) "
+              f"and the next prompt carries it empty; a client that plays the audio itself acks what it played "
+              f"(docs/history.md)", file=sys.stderr)
     if failed:
         print(f"llm_speak: {failed}", file=sys.stderr)
     print(json.dumps({"id": done.id, "reason": done.reason, "error": done.error, **done.report}), file=sys.stderr)
     if failed:
         return 2
     return 0 if done.reason in ("eos", "length") else 1
+
+
+def unheard_why(no_play: bool, report: dict) -> str | None:
+    """Why nobody heard a reply (the history then keeps it as ""), or None."""
+    if no_play:
+        return "--no-play: the daemon played nothing and this script acks nothing"
+    if report.get("playback") == "no output device":
+        return "the daemon has no speaker (its report: playback no output device)"
+    return None
 
 
 def positive(text: str) -> int:

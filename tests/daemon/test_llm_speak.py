@@ -67,6 +67,10 @@ def test_a_conversation_from_standard_input_keeps_its_turns_in_the_session(start
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["".join(ANSWER), "Yes, it is."]
     first, second = reports(done)
+    said = [line for line in done.stderr.splitlines() if line.startswith("llm_speak: --no-play")]
+    assert said == ["llm_speak: --no-play: the daemon played nothing and this script acks nothing, so session 'talk' "
+                    "keeps this answer as unheard (\"\", interrupted) and the next prompt carries it empty; a client "
+                    "that plays the audio itself acks what it played (docs/history.md)"] * 2
     with Client(daemon.endpoint) as client:
         turns = client.history("talk", wait=True)
     assert [(t["role"], t.get("response_id")) for t in turns] == [

@@ -9,6 +9,15 @@ import pytest
 
 from edged.llm_text import MAX_SPAN, LlmText, filter_llm_text
 
+URL = "https://www.example.com/search?q=" + "mars+surface+temperature+" * 11 + "&hl=en"
+"""A link target of real length (314 characters), as LLMs write search and citation links."""
+TAG = '<a href="' + URL + '" title="' + "Mars facts " * 9 + '">'
+"""An HTML tag of 433 characters."""
+IMAGE = "![chart](https://img.example.org/" + "charts/mars/" * 36 + "temp.png)"
+"""An image of 474 characters."""
+SPAN = 512
+"""The longest target, image or tag dropped, pinned as a number (edged/llm_text.py MAX_SPAN)."""
+
 CASES = [
     # reasoning
     ("<think>plan it</think>The answer.", "The answer."),
@@ -48,6 +57,9 @@ CASES = [
     ('a <b>bold</b> <br/> <a href="x">link</a>', "a bold  link"),
     ("x < y, <3, a<b", "x < y, <3, a<b"),
     ("<!-- hidden\ncomment -->shown", "shown"),
+    ("Read [the report](" + URL + ") first.", "Read the report first."),  # real lengths, 100-500 characters
+    (TAG + "link</a> here.", "link here."),
+    ("See " + IMAGE + " below.", "See  below."),
     ("Done.<|im_end|> <|a b|>", "Done. <, a b, >"),  # a blank: not a special token
     # escapes, blanks
     ("\\*not emphasis\\* \\_x\\_ \\n", "*not emphasis* _x_ \\n"),
@@ -119,7 +131,8 @@ def test_a_line_start_waits_only_for_its_marker():
 
 
 def test_a_target_or_tag_longer_than_the_span_is_text():
-    long = "x" * MAX_SPAN
+    assert MAX_SPAN == SPAN
+    long = "x" * SPAN
     assert filter_llm_text(f"[a](http://{long})") == f"a(http://{long})"
     assert filter_llm_text(f'<a href="{long}">b</a>') == f'<a href="{long}">b'
 

@@ -73,11 +73,14 @@ def test_a_repo_id_brings_exactly_the_files_the_export_opens(hub: Hub, checkpoin
     An export by repo id exports that snapshot's directory; it runs, as written, in the README's model
     recipe (tests/test_recipes.py), against a hub like this one."""
     files = checkpoint_files(checkpoints(0))
-    hub.push(TTS, {**files, **EXTRA})
+    commit = hub.push(TTS, {**files, **EXTRA})
     snapshot = pulled(engines(tmp_path / "home", hub.url, "pull", TTS))
     assert checkpoint_files(snapshot) == files
     assert sorted(set(hub.files_fetched())) == sorted(files)
     assert not set(EXTRA) & set(hub.files_fetched("HEAD"))
+    # main resolved once, then everything by that commit: a branch that moves meanwhile cannot mix two commits
+    assert hub.revisions_asked()[0] == "main" and set(hub.revisions_asked()[1:]) <= {commit}
+    assert hub.revisions_fetched() == {commit}
 
 
 def test_a_pinned_revision_gets_its_files_after_the_branch_moved_on(hub: Hub, checkpoints, tmp_path):
@@ -88,10 +91,13 @@ def test_a_pinned_revision_gets_its_files_after_the_branch_moved_on(hub: Hub, ch
     home = tmp_path / "home"
     latest = pulled(engines(home, hub.url, "pull", TTS))
     assert (latest / "generation_config.json").read_bytes() == moved["generation_config.json"]
+    assert hub.revisions_fetched() == {second}
     for revision in (first, "v1"):
+        hub.seen.clear()
         pinned = pulled(engines(home, hub.url, "pull", TTS, "--revision", revision))
         assert pinned.name == first != second
         assert checkpoint_files(pinned) == files
+        assert hub.revisions_fetched() <= {first}  # a tag too: its commit, as the repo info resolved it
     offline = engines(home, hub.url, "pull", TTS, "--revision", "v1", HF_HUB_OFFLINE="1")
     assert pulled(offline).name == first and "using the cached snapshot" in offline.stderr
     line = one_line(engines(home, hub.url, "pull", TTS, "--revision", "v9"), "pull")
@@ -233,6 +239,7 @@ def test_an_omni_checkpoint_is_fetched_without_the_shards_its_export_never_reads
         f"edged-engines export: wrote the artifact {out}; serve it with: edged serve --artifact {out}"]
     assert "warn" not in (done.stdout + done.stderr).lower(), done.stdout + done.stderr
     assert "warn" in (out / "export.log").read_text().lower()
+    assert hub.revisions_fetched() == {hub.repos[OMNI].refs["main"]}
     shards = {name for name in files if name.endswith(".safetensors")} - {unread}
     tokenizer = {"tokenizer_config.json", "vocab.json", "merges.txt"}
     assert sorted(set(hub.files_fetched())) == sorted({"config.json", INDEX} | tokenizer | shards)

@@ -41,6 +41,12 @@ class Seen:
         parts = self.path.split("/resolve/", 1)
         return parts[1].split("/", 1)[1] if len(parts) == 2 else None
 
+    @property
+    def revision(self) -> str | None:
+        """The revision a resolve request names (a commit, branch or tag), else None."""
+        parts = self.path.split("/resolve/", 1)
+        return parts[1].split("/", 1)[0] if len(parts) == 2 else None
+
 
 @dataclass
 class Repo:
@@ -83,6 +89,14 @@ class Hub:
 
     def files_fetched(self, method: str = "GET") -> list[str]:
         return [s.file for s in self.seen if s.method == method and s.file is not None]
+
+    def revisions_asked(self) -> list[str]:
+        """The revision of each model-info request, in order ("main" when it names none)."""
+        return [s.path.partition("/revision/")[2] or "main" for s in self.seen if s.path.startswith("/api/models/")]
+
+    def revisions_fetched(self) -> set[str]:
+        """Every revision a file request (GET or HEAD) named."""
+        return {s.revision for s in self.seen if s.revision is not None}
 
 
 def checkpoint_files(directory: Path) -> dict[str, bytes]:

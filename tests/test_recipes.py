@@ -6,6 +6,7 @@ directories, the Hugging Face cache), with these stand-ins for what this machine
   is not run again;
 - nothing is waited for but what the recipe itself waits for (`edged status --wait`, curl's
   retries), so a block pasted whole into a shell works as the test runs it;
+- a command that runs until Ctrl-C (`edged converse`) gets its Ctrl-C (SIGINT) after a few seconds;
 - the Hugging Face Hub is a local endpoint serving a tiny checkpoint under the released repo's name
   (HF_ENDPOINT), and the LLM a local server streaming a chat completion on the recipe's URL;
 - the systemd recipe runs in tests/systemd/test_install.py, in a private mount namespace.
@@ -36,12 +37,20 @@ def words(line: str) -> list[str]:
     return shlex.split(line, comments=True)
 
 
+UNTIL_CTRL_C_S = 8
+"""How long a command that runs until Ctrl-C runs before the test presses it."""
+
+
+def runs_until_ctrl_c(line: str) -> bool:
+    return words(line)[:2] == [".venv/bin/edged", "converse"]
+
+
 def script(lines: list[str]) -> str:
     out = ["set -euo pipefail"]
     for line in lines:
         if " ".join(words(line)) in INSTALLED_BY_MAKE_TEST:
             continue
-        out.append(line)
+        out.append(f"timeout --preserve-status -s INT {UNTIL_CTRL_C_S} {line}" if runs_until_ctrl_c(line) else line)
     return "\n".join(out) + "\n"
 
 
@@ -57,7 +66,7 @@ def run_recipe(name: str, home: Path, **env: str) -> subprocess.CompletedProcess
 
 
 def test_every_recipe_is_run_by_a_test():
-    assert sorted(recipes()) == ["doors", "laptop", "llm", "model", "systemd"]
+    assert sorted(recipes()) == ["converse", "doors", "laptop", "llm", "model", "systemd"]
 
 
 def test_the_laptop_recipe(tmp_path):
@@ -94,6 +103,19 @@ def test_the_llm_recipe(tmp_path):
     assert [m["role"] for m in llm.messages(1)] == ["user", "assistant", "user"]
     assert [m["content"] for m in llm.messages(1)][::2] == ["What is Mars like?", "And how cold is it?"]
     assert "user: What is Mars like?" in done.stdout and "user: And how cold is it?" in done.stdout  # edged history
+
+
+def test_the_converse_recipe(tmp_path):
+    """The loop starts against the recipe's endpoints (local stand-ins on their ports) and the daemon,
+    says that the daemon has no microphone open on this machine, and stops cleanly on Ctrl-C. What it
+    does with a microphone is tests/audio/test_converse.py's."""
+    from support.completions import completions_server
+    from support.transcription import transcription_server
+
+    with transcription_server(port=8080), completions_server(port=8000):
+        done = run_recipe("converse", tmp_path)
+    assert "edged converse: listening (session 'kitchen'); Ctrl-C stops" in done.stdout
+    assert "converse: the daemon's microphone is " in done.stdout and "nothing is heard until it opens" in done.stdout
 
 
 def test_the_model_recipe(tmp_path, checkpoints):

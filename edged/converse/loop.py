@@ -129,7 +129,13 @@ class Converse:
     def run(self, stop: threading.Event) -> None:
         """Listen and answer until `stop` is set."""
         with Client(self.settings.endpoint) as client:
-            events = self.settings.events or client.status().get("events")
+            status = client.status()
+        events = self.settings.events or status.get("events")
+        microphone = status["audio"]["input"]
+        if microphone["state"] != "open":
+            self.say(f"converse: the daemon's microphone is {microphone['state']}"
+                     + (f" ({microphone['error']})" if microphone.get("error") else "")
+                     + ": nothing is heard until it opens (audio.input_device, `edged devices`)")
         if not events:
             raise ConnectionError("the daemon publishes no events (events.listen = \"none\"): converse hears "
                                   "through its event socket")

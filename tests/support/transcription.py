@@ -60,8 +60,9 @@ def parse_multipart(body: bytes, content_type: str) -> dict[bytes, tuple[dict[st
 
 
 @contextmanager
-def transcription_server() -> Iterator[Endpoint]:
-    """A real HTTP server on 127.0.0.1 speaking the transcription API; answers `endpoint.answer`."""
+def transcription_server(port: int = 0) -> Iterator[Endpoint]:
+    """A real HTTP server on 127.0.0.1 (port 0: any free one) speaking the transcription API; answers
+    `endpoint.answer`."""
     ep = Endpoint(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -95,7 +96,7 @@ def transcription_server() -> Iterator[Endpoint]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     ep.url = f"http://127.0.0.1:{server.server_address[1]}/v1/audio/transcriptions"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

@@ -123,6 +123,8 @@ class Converse:
         self.speech_end_at = time.time()
         """Wall time of the last `vad` stop (the daemon's clock, `t`)."""
         self.llm_error: str | None = None
+        self.timings: list[Timing] = []
+        """Each answered turn's, in order."""
         self.answered = 0
         """Turns the speaker has finished with (answered, skipped or failed)."""
 
@@ -217,6 +219,7 @@ class Converse:
         heard_text = next((m["content"] for m in reversed(client.messages(s.session)) if m["role"] == "assistant"), "")
         self.say(f"assistant: {heard_text}" + ("  [interrupted]" if done.reason == "interrupted" else ""))
         self.say(timing.line())
+        self.timings.append(timing)
 
     def _pieces(self, messages: list[dict], heard: Heard, timing: Timing) -> Iterator[str]:
         """The LLM's answer as it streams; a failure ends it (kept in llm_error), so the speak ends too."""

@@ -234,7 +234,9 @@ def _stages(command: str, log: Path, verbose: bool):
         try:
             with quiet(log):
                 yield
-        except BaseException:
+        except ValueError:  # a fault named in one line (the checkpoint's, a form's)
+            raise
+        except Exception:
             print(f"edged-engines {command}: the libraries' messages are in {log}", file=sys.stderr, flush=True)
             raise
 

@@ -16,15 +16,14 @@ import queue
 import re
 import threading
 import time
-import wave
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from io import BytesIO
 
 import msgpack
 import numpy as np
 import zmq
 
+from edged.audio.wav import from_s16, wav_bytes
 from edged.client import Client, RequestRejected, subscribe
 from edged.converse.chat import LlmError, completion_pieces
 from edged.converse.turns import RATE, Turn, TurnTaker
@@ -88,16 +87,6 @@ class Shared:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     first_audio: dict[str, float] = field(default_factory=dict)
-
-
-def wav_bytes(pcm: np.ndarray) -> bytes:
-    out = BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return out.getvalue()
 
 
 def after_wake(text: str, wake: str) -> str | None:
@@ -191,7 +180,7 @@ class Converse:
         s, turn = self.settings, heard.turn
         timing = Timing(turn.decided_ms)
         try:
-            text = self.transcriber.transcribe(wav_bytes(turn.pcm)).strip()
+            text = self.transcriber.transcribe(wav_bytes(from_s16(turn.pcm), RATE)).strip()
         except TranscriptionError as exc:
             self.say(f"converse: transcription failed ({s.asr_url}): {exc}; listening on")
             return

@@ -4,7 +4,8 @@ the audio it is sent, and a local streaming LLM.
 
 A question is transcribed from audio that holds its onset (the pre-roll), answered through the LLM
 with the session's history, spoken with the session, and the reply's own echo, heard by the same
-microphone, never becomes a turn."""
+microphone, never becomes a turn. A user who cuts the answer off is the next turn, onset kept, and
+the LLM then gets the answer only as far as it was heard."""
 
 from __future__ import annotations
 
@@ -56,13 +57,13 @@ def room(jack_server, sd, tmp_path_factory):
 
 
 @contextmanager
-def conversing(room, lines: list[str]) -> Iterator[tuple]:
+def conversing(room, lines: list[str], session: str) -> Iterator[tuple]:
     """`edged converse`'s loop on the room's daemon, with a local transcription server answering
     QUESTION and a local LLM answering ANSWER: (the loop, the transcription server, the LLM)."""
     with transcription_server() as asr, completions_server() as llm:
         asr.answer = Answer(body=json.dumps({"text": QUESTION}).encode())
         llm.answers = [content(ANSWER)]
-        converse = Converse(Settings(asr.url, "whisper-1", llm.url, "tiny", session="mars",
+        converse = Converse(Settings(asr.url, "whisper-1", llm.url, "tiny", session=session,
                                      endpoint=room.daemon.endpoint), say=lines.append)
         stop = threading.Event()
         listening = threading.Thread(target=converse.run, args=(stop,))
@@ -80,7 +81,7 @@ def test_the_replys_own_voice_is_never_a_turn(room):
     """The first reply after boot, 20 dB louder at the microphone: the VAD starts on its residual (the
     daemon's gate refuses it, test_room.py), and the loop must not take it for the user either."""
     lines: list[str] = []
-    with conversing(room, lines) as (converse, asr, _):
+    with conversing(room, lines, "echo") as (converse, asr, _):
         room.sub.clear()
         done = room.client.speak(TEXT, max_audio_ms=4000).wait()
         quiet(room.client, room.rig)
@@ -107,7 +108,7 @@ def until(what, timeout: float, why: str) -> None:
 def test_a_question_is_heard_from_its_onset_and_answered_with_the_session(room):
     voice_rms = active_rms(at_voice_level(room.user))  # the user 5 dB under the daemon's voice at the mic
     lines: list[str] = []
-    with conversing(room, lines) as (converse, asr, llm):
+    with conversing(room, lines, "mars") as (converse, asr, llm):
         quiet(room.client, room.rig)
         room.rig.say(room.user, 5, voice_rms)
         until(lambda: converse.answered >= 1, 120, f"no answer: {lines}")
@@ -130,3 +131,37 @@ def test_a_question_is_heard_from_its_onset_and_answered_with_the_session(room):
     assert timing.first_token_ms is not None and timing.first_audio_ms is not None, timing
     assert 0 < timing.first_audio_ms - timing.first_token_ms <= AUDIO_AFTER_TOKEN_MS, timing
     assert lines[2] == timing.line()
+
+
+INTERRUPTION = "Stop, tell me about Venus instead."
+LONG = [" Mars is cold and dry, with thin air and red dust,", " and its days are a little longer than ours."] * 6
+
+
+def test_a_user_who_cuts_the_answer_is_the_next_turn_and_the_llm_gets_only_what_was_heard(room):
+    voice_rms = active_rms(at_voice_level(room.user))
+    lines: list[str] = []
+    with conversing(room, lines, "venus") as (converse, asr, llm):
+        llm.answers = [content(LONG), content(["Venus", " is", " hot", "."])]
+        quiet(room.client, room.rig)
+        room.rig.say(room.user, 5, voice_rms)
+        until(lambda: len(asr.received) == 1, 60, f"the question was not heard: {lines}")
+        asr.answer = Answer(body=json.dumps({"text": INTERRUPTION}).encode())
+
+        def playing_for(ms: int) -> bool:
+            replies = room.client.status()["audio"]["output"].get("replies", [])
+            return any(r["played_ms"] >= ms for r in replies)
+
+        until(lambda: playing_for(1500), 60, "the answer never played")
+        room.rig.say(room.user, 5, voice_rms * LOUD_ECHO)  # 5 dB under the answer's echo at the microphone
+        until(lambda: converse.answered >= 2, 120, f"the interruption was not answered: {lines}")
+        until(lambda: room.client.status()["playing"] == 0, 60, "the second answer never finished playing")
+    assert lines[1].startswith("assistant: ") and lines[1].endswith("  [interrupted]"), lines
+    assert len(asr.received) == 2, lines
+    cut = wav_pcm(asr.received[1].wav)
+    first = int(np.flatnonzero(np.abs(cut) > 0.02)[0])
+    assert first >= LEAD_MS * 16, f"the interruption's onset was cut: first sound {first / 16:.0f} ms in"
+    asked = llm.messages(1)
+    assert [m["role"] for m in asked] == ["user", "assistant", "user"] and asked[2]["content"] == INTERRUPTION
+    heard, written = asked[1]["content"], "".join(LONG).strip()
+    assert heard == lines[1].removeprefix("assistant: ").removesuffix("  [interrupted]")
+    assert len(heard) < len(written) and written.startswith(heard), (heard, written)

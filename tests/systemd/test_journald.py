@@ -234,8 +234,13 @@ def test_outside_systemd_records_go_to_stderr_readably(monkeypatch, capsys):
 DAEMON_CHILD = """
 import os, signal, subprocess, sys, tempfile, time
 from edged.client import Client
+from edged.locate import why_not
 endpoint = "ipc://" + os.path.join(tempfile.mkdtemp(), "edged.sock")
 daemon = subprocess.Popen([sys.executable, "-m", "edged", "serve", "--listen", endpoint])
+deadline = time.monotonic() + 60
+while why_not(endpoint[len("ipc://"):]) is not None:  # its socket appears when its boot is done
+    assert daemon.poll() is None and time.monotonic() < deadline, "the daemon did not come up"
+    time.sleep(0.05)
 with Client(endpoint, timeout_s=60) as client:
     done = client.speak("Logged to the journal.", id="j-1", play=False, max_audio_ms=240).wait()
     assert done.reason == "length", done

@@ -134,10 +134,14 @@ def test_a_question_is_heard_from_its_onset_and_answered_with_the_session(room):
 
 
 INTERRUPTION = "Stop, tell me about Venus instead."
-LONG = [" Mars is cold and dry, with thin air and red dust,", " and its days are a little longer than ours."] * 6
+LONG = (" Mars is cold and dry, with thin air and red dust, and its days are a little longer than ours."
+        .replace(" ", "| ").split("|")[1:] * 6)
+"""About 120 pieces, one every 30 ms from the local LLM: still streaming when the user cuts in."""
 
 
 def test_a_user_who_cuts_the_answer_is_the_next_turn_and_the_llm_gets_only_what_was_heard(room):
+    """The user speaks while the answer plays and the LLM still streams it: the listener hears the
+    turn (it never waits on the speaker), the answer is cut, and the next prompt holds it as heard."""
     voice_rms = active_rms(at_voice_level(room.user))
     lines: list[str] = []
     with conversing(room, lines, "venus") as (converse, asr, llm):
@@ -152,9 +156,12 @@ def test_a_user_who_cuts_the_answer_is_the_next_turn_and_the_llm_gets_only_what_
             return any(r["played_ms"] >= ms for r in replies)
 
         until(lambda: playing_for(1500), 60, "the answer never played")
+        replies = room.client.status()["audio"]["output"].get("replies", [])
+        streaming = any(r["generating"] for r in replies)  # its text still coming in, its frames still made
         room.rig.say(room.user, 5, voice_rms * LOUD_ECHO)  # 5 dB under the answer's echo at the microphone
         until(lambda: converse.answered >= 2, 120, f"the interruption was not answered: {lines}")
         until(lambda: room.client.status()["playing"] == 0, 60, "the second answer never finished playing")
+    assert streaming, "the answer had stopped streaming before the user spoke: the case is not what it names"
     assert lines[1].startswith("assistant: ") and lines[1].endswith("  [interrupted]"), lines
     assert len(asr.received) == 2, lines
     cut = wav_pcm(asr.received[1].wav)

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine, start_jack
+from common import ROOT, machine, start_jack, stop_jack
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -241,12 +241,7 @@ def main() -> int:
             tmp = Path(tempfile.mkdtemp(prefix=f"edged-bench-{mode}-"))
             (rooms if mode == "room" else wire)(args, name, tmp)
     finally:
-        sounddevice = sys.modules.get("sounddevice")  # pyroomacoustics loads it: PortAudio must let go of
-        if sounddevice is not None:                   # the JACK server before the server goes
-            while sounddevice._initialized:
-                sounddevice._terminate()
-        jackd.terminate()
-        jackd.wait(10)
+        stop_jack(jackd)
     return 0
 
 

@@ -480,6 +480,17 @@ def start_daemon(artifact: str | None, tmp: Path, threads: str = "") -> tuple[su
                 raise RuntimeError((tmp / "daemon.log").read_text()) from None
 
 
+def stop_jack(jackd: subprocess.Popen) -> None:
+    """Stop the JACK server of `start_jack`, PortAudio first: pyroomacoustics loads sounddevice in this
+    process, and PortAudio must let go of the server before the server goes."""
+    sounddevice = sys.modules.get("sounddevice")
+    if sounddevice is not None:
+        while sounddevice._initialized:
+            sounddevice._terminate()
+    jackd.terminate()
+    jackd.wait(10)
+
+
 def start_jack(prefix: str) -> subprocess.Popen:
     """A JACK server on the dummy backend (24 kHz, 256-frame periods) under a fresh name, which the
     daemon's PortAudio and the tests' JACK clients then use (JACK_DEFAULT_SERVER)."""

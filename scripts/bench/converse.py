@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine, start_jack
+from common import ROOT, machine, start_jack, stop_jack
 
 sys.path[:0] = [str(ROOT / "tests")]
 
@@ -87,12 +87,7 @@ def main() -> int:
     try:
         timings = turns(args, os.environ["JACK_DEFAULT_SERVER"], Path(tempfile.mkdtemp(prefix="edged-bench-converse-")))
     finally:
-        sounddevice = sys.modules.get("sounddevice")  # pyroomacoustics loads it: PortAudio lets go of JACK first
-        if sounddevice is not None:
-            while sounddevice._initialized:
-                sounddevice._terminate()
-        jackd.terminate()
-        jackd.wait(10)
+        stop_jack(jackd)
     parts = {"end of speech -> turn decided": [t.decided_ms for t in timings],
              "first LLM token -> first audio": [t.first_audio_ms - t.first_token_ms for t in timings
                                                 if t.first_audio_ms is not None and t.first_token_ms is not None],

@@ -29,7 +29,7 @@ reuses their buffers after `sync()`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +160,12 @@ class Engine(ABC):
                 want is not None and want != got for want, got in zip(spec.shape, buf.shape)):
             raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
 
+    def reserve(self, later: Iterable[tuple[Mapping[str, np.ndarray], Append | None]]) -> None:
+        """At boot, for plans that are bound later (a prefill per prompt length, bound at admission):
+        claim now whatever binding one will need, so that binding it after boot claims nothing
+        (TensorRT: its profile's shared context and its K/V append's kernel table). `later` is only
+        iterated where something is claimed (not on ONNX Runtime)."""
+
     @abstractmethod
     def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan: ...
 
@@ -194,6 +200,9 @@ class Backend(ABC):
     def activation_bytes(self) -> int:
         """Device memory the engines' execution contexts claimed for their activations."""
         return 0
+
+    def seal(self) -> None:  # noqa: B027 (a no-op here; TensorRT overrides it)
+        """Boot is over: the backend claims no more memory (TensorRT refuses a claim from here on)."""
 
     def graphs(self) -> int:
         """CUDA graphs the plans bound so far hold."""

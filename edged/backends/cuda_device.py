@@ -43,9 +43,20 @@ class CudaDevice:
         self.stream = cuda.Stream()
         self.buffers: list[np.ndarray] = []
         self.device_memory: list[Any] = []
-        self.tables: dict[bytes, np.ndarray] = {}  # append tables by content: a plan bound again reuses its own
+        self.tables: dict[bytes, np.ndarray] = {}  # append tables by content, every one claimed at boot
         self.kernels: Kernels | None = None
         self.launches = 0
+        self.sealed = False  # after boot: nothing more is claimed
+
+    def seal(self) -> None:
+        """Boot is over: from here on a claim of device or pinned memory is an error (`claim`)."""
+        self.sealed = True
+
+    def claim(self, what: str) -> None:
+        """Refuse `what` after boot: the daemon claims every buffer it will ever use at boot."""
+        if self.sealed:
+            raise EngineError(f"{what} after boot: every buffer is claimed at boot (a plan bound later must be "
+                              f"reserved then: Engine.reserve)")
 
     def load_kernels(self, path: Path) -> None:
         """The kernels of kernels.cubin at `path`, built for this GPU (once)."""
@@ -53,6 +64,7 @@ class CudaDevice:
             self.kernels = Kernels(path, self.device)
 
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        self.claim(f"pinned memory {list(shape)}")
         buf = cuda.pagelocked_zeros(shape, dtype, mem_flags=cuda.host_alloc_flags.DEVICEMAP)  # page-aligned
         self.buffers.append(buf)
         return buf
@@ -61,6 +73,7 @@ class CudaDevice:
         """Device memory, zeroed (cuMemAlloc does not clear it); the array describes it (shape, strides,
         address) and is never read or written by the host: only engines, kernels, `copy` and `zero`
         touch it."""
+        self.claim(f"device memory {list(shape)}")
         dtype = np.dtype(dtype)
         nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
         allocation = cuda.mem_alloc(nbytes)  # 256-byte aligned, as cuMemAlloc returns
@@ -76,12 +89,30 @@ class CudaDevice:
         return buf
 
     def device_table(self, table: np.ndarray) -> np.ndarray:
-        """`table` in device memory, once per distinct content: a prefill plan dropped and bound
-        again for the same length finds its table, so admissions never grow the device memory."""
+        """`table` in device memory, once per distinct content: after boot only a table reserved at
+        boot (`reserve_tables`) is found, and nothing is claimed."""
         key = table.tobytes()
         if key not in self.tables:
-            self.tables[key] = self.device_from(table)
+            self.reserve_tables([table])
         return self.tables[key]
+
+    def reserve_tables(self, tables: list[np.ndarray]) -> int:
+        """The tables not yet in device memory, in one block claimed now (boot only), one synchronous
+        copy; returns the bytes claimed."""
+        new: dict[bytes, np.ndarray] = {}
+        for table in tables:
+            new.setdefault(table.tobytes(), table.view(np.uint8).reshape(-1))
+        for key in self.tables:
+            new.pop(key, None)
+        if not new:
+            return 0
+        self.claim(f"{len(new)} K/V append table(s)")
+        claimed = self.device_from(np.concatenate(list(new.values())))
+        at = 0
+        for key, table in new.items():  # each a whole number of 72-byte rows: every table stays 8-byte aligned
+            self.tables[key] = claimed[at:at + table.size]
+            at += table.size
+        return claimed.nbytes
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         """dst[...] = src on the stream: one contiguous copy, or the 2-D copy kernel (any pitches)."""
@@ -120,16 +151,23 @@ class CudaDevice:
         self.cuda_context.detach()
 
 
+def append_table(append: Append) -> np.ndarray:
+    """The `append_rows` kernel's table for `append`: one `kernels.ROWS` per (cache, rows) pair."""
+    table = np.zeros(len(append.rows), kernels.ROWS)
+    for i, r in enumerate(append.rows):
+        width, runs, cache_pitch, rows_pitch = copy_rows(block(r.cache[0], r.axis - 1, r.rows.shape[r.axis]),
+                                                         r.rows[0])
+        table[i] = (device_address(r.cache), device_address(r.rows), r.cache.strides[0], r.rows.strides[0],
+                    cache_pitch, rows_pitch, r.cache.strides[r.axis], runs, width)
+    return table
+
+
 class AppendLaunch:
-    """One `append_rows` launch: the table of every (cache, rows) pair in device memory, made at boot."""
+    """One `append_rows` launch: the table of every (cache, rows) pair in device memory, made at boot
+    (or reserved then, for a plan bound later)."""
 
     def __init__(self, device: CudaDevice, append: Append):
-        table = np.zeros(len(append.rows), kernels.ROWS)
-        for i, r in enumerate(append.rows):
-            width, runs, cache_pitch, rows_pitch = copy_rows(block(r.cache[0], r.axis - 1, r.rows.shape[r.axis]),
-                                                             r.rows[0])
-            table[i] = (device_address(r.cache), device_address(r.rows), r.cache.strides[0], r.rows.strides[0],
-                        cache_pitch, rows_pitch, r.cache.strides[r.axis], runs, width)
+        table = append_table(append)
         self.table = device.device_table(table.view(np.uint8))
         n = append.rows[0].rows.shape[0]
         self.grid = (kernels.grid(int((table["runs"] * table["width"]).max())), len(table), n)

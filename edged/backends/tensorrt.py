@@ -10,8 +10,13 @@ most any of its profiles needs, `get_device_memory_size_for_profile_v2`; the Pyt
 least that much per context) of every engine loaded by then (an engine loaded later that needs more
 is refused: load every engine first). The default, kSTATIC, would give each context its own block
 sized for all of its engine's profiles (NvInferRuntime.h, createExecutionContext). A context gets
-its device memory before it chooses its profile (Edge-LLM's order: a profile switch may enqueue a
-cudaMemcpyAsync into that memory), on the backend's stream, where the switch takes effect.
+its device memory, then chooses its profile on the backend's stream, where the switch takes effect
+(stream-ordered, and enqueued on the same stream, so nothing needs synchronizing between the two).
+NvInferRuntime.h (v10.3.0, setOptimizationProfileAsync, lines 3872-3905) orders the switch only
+before the shapes and the enqueue; this is the order of Edge-LLM's LLM runner, which runs the Qwen3
+talker and code predictor on one shared block (0.7.1 cpp/runtime/llmEngineRunner.cpp: the memory at
+line 419, the profile per step at 1236 and 1560; qwen3OmniTTSRuntime.cpp 122-134 shares the block).
+Its multimodal runner chooses the profile first (multimodalRunner.cpp 57-59): either order works.
 
 Contexts. A plan is the list of (name, shape, device address) for one invocation of an engine, on an
 execution context set to the optimization profile that admits its shapes (the talker: a context
@@ -56,7 +61,7 @@ import numpy as np
 
 from edged.backends import kernels
 from edged.backends.base import Append, Backend, Engine, EngineError, Plan, TensorSpec
-from edged.backends.cuda_device import AppendLaunch, CudaDevice, device_address
+from edged.backends.cuda_device import AppendLaunch, CudaDevice, append_table, device_address
 from edged.backends.cuda_graph import CudaError, Graph
 from edged.backends.plan_file import REBUILD, open_plan
 from edged.backends.tensorrt_version import check as check_version
@@ -77,11 +82,12 @@ class Context:
 
     def __init__(self, engine: TrtEngine, index: int):
         backend = engine.backend
+        backend.claim(f"{engine.name}: an execution context (profile {index})")  # it holds device memory of its own
         self.index = index
         self.context = engine.engine.create_execution_context(trt.ExecutionContextAllocationStrategy.USER_MANAGED)
         if self.context is None:
             raise EngineError(f"{engine.name}: TensorRT could not create an execution context for profile {index}")
-        self.context.set_device_memory(int(backend.activations), engine.activation_bytes)  # before the profile
+        self.context.set_device_memory(int(backend.activations), engine.activation_bytes)  # then the profile
         try:  # the Python binding raises where C++ returns False
             chosen = self.context.set_optimization_profile_async(index, backend.stream.handle)
         except RuntimeError as exc:
@@ -213,13 +219,30 @@ class TrtEngine(Engine):
         lo, _, hi = self.engine.get_tensor_profile_shape(name, index)
         return len(lo) == len(shape) and all(a <= d <= b for a, d, b in zip(lo, shape, hi))
 
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
-        inputs = [(n, tuple(b.shape)) for n, b in bindings.items() if n in self.inputs]
-        dynamic = [(n, s) for n, s in inputs if None in self.inputs[n].shape]  # static inputs fit every profile
+    def _profile(self, bindings: Mapping[str, np.ndarray]) -> int:
+        """The first optimization profile that admits the bound shapes."""
+        dynamic = [(n, tuple(b.shape)) for n, b in bindings.items()
+                   if n in self.inputs and None in self.inputs[n].shape]  # static inputs fit every profile
         index = next((i for i in self.profiles if all(self._admits(i, n, s) for n, s in dynamic)), None)
         if index is None:
             shapes = ", ".join(f"{n} {list(s)}" for n, s in dynamic)
             raise EngineError(f"{self.name}: no optimization profile of the plan admits {shapes} ({REBUILD})")
+        return index
+
+    def reserve(self, later) -> None:
+        """The shared context of each later plan's profile, and every append table, in one block."""
+        self.backend.claim_activations()
+        tables = []
+        for bindings, append in later:
+            self.context(self._profile(bindings))
+            if append is not None:
+                append.check()
+                tables.append(append_table(append).view(np.uint8))
+        self.backend.reserve_tables(tables)
+
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
+        inputs = [(n, tuple(b.shape)) for n, b in bindings.items() if n in self.inputs]
+        index = self._profile(bindings)
         self.backend.claim_activations()
         captured = repeated and self.backend.cuda_graphs
         context = Context(self, index) if captured else self.context(index)
@@ -277,6 +300,7 @@ class TrtBackend(CudaDevice, Backend):
     def claim_activations(self) -> None:
         """One block for every context's activations, the largest any engine needs (once)."""
         if self.activations is None:
+            self.claim("the activation block")
             self.activation_size = max((e.activation_bytes for e in self.engines), default=0)
             self.activations = cuda.mem_alloc(max(self.activation_size, 1))
 

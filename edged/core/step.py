@@ -89,8 +89,11 @@ class Core:
         return bool(self.later)
 
     def preallocate(self) -> dict[str, int]:
-        """Claim every buffer and bind every plan; returns bytes per part."""
-        return {**self.talker.preallocate(), "codec_port": self.port.nbytes, **self.vocoder.preallocate()}
+        """Claim every buffer and bind every plan (a plan bound later, reserved), then seal the backend:
+        it claims nothing more; returns bytes per part."""
+        claimed = {**self.talker.preallocate(), "codec_port": self.port.nbytes, **self.vocoder.preallocate()}
+        self.talker.backend.seal()
+        return claimed
 
     def admit(self, request: SpeechRequest) -> tuple[bool, str]:
         return self.talker.admit(request)

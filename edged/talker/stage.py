@@ -173,6 +173,7 @@ class TalkerStage:
         self.decode_plans = [{length: self._decode_plan(n, length) for length in self.buckets} for n in range(1, b + 1)]
         self.verify_plans = [self._verify_plans(n) for n in range(1, b + 1)]
         self.draft_plans = [self._draft_plans(n) for n in range(1, b + 1)]
+        self.engine.reserve(self._prefill_binding(t) for t in range(1, s))  # every prompt length plan() admits
         kv = sum(x.nbytes for x in (*self.keys, *self.values, *self.cp_keys, *self.cp_values))
         scratch = sum(x.nbytes for x in (*self.new_keys, *self.new_values, *self.prefill_keys, *self.prefill_values,
                                          self.no_keys, self.no_values,
@@ -381,6 +382,11 @@ class TalkerStage:
         return plan
 
     def _bind_prefill(self, t: int) -> Plan:
+        binds, append = self._prefill_binding(t)
+        return self.engine.plan(binds, repeated=False, append=append)
+
+    def _prefill_binding(self, t: int) -> tuple[dict[str, np.ndarray], Append]:
+        """What a prefill of `t` rows binds, and its K/V append."""
         d = self.artifact.dims
         binds = {"inputs_embeds": self.prefill_rows[:t].reshape(1, t, d.hidden), "positions": self.prefill_position,
                  "slots": self.slots[:1], **self.prefill_io}
@@ -391,7 +397,7 @@ class TalkerStage:
             new_values.append(self.prefill_values[i][: d.kv_heads * t * d.head_dim].reshape(1, d.kv_heads, t, d.head_dim))
             binds[f"new_keys_{i}"], binds[f"new_values_{i}"] = new_keys[i], new_values[i]
         rows = self._kv_rows(self.keys, self.values, new_keys, new_values, slice(0, 1))
-        return self.engine.plan(binds, repeated=False, append=Append(rows, self.prefill_position, self.prefill_slot))
+        return binds, Append(rows, self.prefill_position, self.prefill_slot)
 
     def extend_text(self, m: Member, ids: list[int], final: bool) -> None:
         """A stream's newly committed ids onto the member's track (and its end row when `final`)."""

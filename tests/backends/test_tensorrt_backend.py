@@ -161,6 +161,7 @@ def test_a_refused_shape_or_address_names_the_tensor(trt, artifact):
     try:
         synth = Synthesizer(a, backend)
         talker, d, t = synth.core.talker, a.dims, a.max_seq + 1  # one row more than the context profile's maximum
+        backend.sealed = False  # this test claims buffers of its own after boot
         binds = {"inputs_embeds": backend.empty((1, t, d.hidden), np.float32), "positions": talker.prefill_position,
                  "slots": talker.slots[:1],
                  **talker.prefill_io}
@@ -346,8 +347,9 @@ def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
     """execute_async_v3 runs only with every shape and address set, a current context and activation
     memory (USER_MANAGED has none until set_device_memory, which takes aligned device memory of at
     least the engine's size); the legacy stream 0 is a stream; a USER_MANAGED context chooses a
-    profile only once it has device memory, and two live contexts may choose the same one (profile
-    sharing, TensorRT 10); outputs are garbage until the stream syncs."""
+    profile before or after it has device memory (the header orders neither; NVIDIA's runners do
+    both), and two live contexts may choose the same one (profile sharing, TensorRT 10); outputs are
+    garbage until the stream syncs."""
     engine = engine_of(load_artifact(artifact).file("talker").with_suffix(".plan"))
     user = fake_trt.ExecutionContextAllocationStrategy.USER_MANAGED
     fake_cuda.Context().push()
@@ -355,10 +357,11 @@ def test_the_tensorrt_double_keeps_tensorrts_promises(trt, artifact):
         memory = fake_cuda.mem_alloc(engine.device_memory_size_v2)
         first, second = engine.create_execution_context(user), engine.create_execution_context(user)
         with pytest.raises(RuntimeError, match="Error in set optimization profile async"):
-            first.set_optimization_profile_async(1, 0)  # the switch's copy into its memory has nowhere to go
-        for context in (first, second):
-            context.set_device_memory(int(memory), engine.device_memory_size_v2)
-            assert context.set_optimization_profile_async(1, 0)
+            first.set_optimization_profile_async(2, 0)  # the talker has two profiles
+        assert first.set_optimization_profile_async(1, 0)  # before its memory (multimodalRunner.cpp's order)
+        first.set_device_memory(int(memory), engine.device_memory_size_v2)
+        second.set_device_memory(int(memory), engine.device_memory_size_v2)
+        assert second.set_optimization_profile_async(1, 0)  # after it (llmEngineRunner.cpp's order)
         fake_cuda.stream_of(0).synchronize()
         assert first.device_profile == second.device_profile == 1
         del first, second
@@ -618,6 +621,7 @@ def test_voices_primed_back_to_back_keep_their_own_state(trt, artifact):
         prime = np.zeros((3, a.dims.code_groups), np.int64)
         vocoder.prepare(0, prime, primed[0])
         vocoder.prepare(1, prime, primed[1])
+        backend.sealed = False  # the test's own buffers to read the state back, after boot
         for slot in (0, 1):
             for state, want in zip(vocoder.states[0], primed[slot]):
                 got = backend.empty(want.shape, np.float32)
@@ -670,20 +674,32 @@ def test_validate_jetson_rows_through_the_doubles(trt, artifact):
     assert summary.rows[4][:2] == ("boot time", "FAIL")
 
 
-def test_a_prefill_length_bound_again_claims_no_device_memory(trt, artifact):
-    """Prefill plans are kept for the 64 most recent lengths; one bound again after it was dropped
-    reuses its append table: admissions never grow the device memory."""
+def test_after_boot_nothing_is_claimed_whatever_the_requests(trt, artifact, monkeypatch):
+    """Every device buffer is claimed at boot: the prefill of every prompt length the layout admits
+    (bound at admission, 64 kept) finds its profile's context and its K/V append table reserved, so
+    requests of any length, and every length bound once more after its plan was dropped, allocate
+    nothing through the CUDA double. Without the reservation the first admission is refused, named."""
     from edged.talker import stage
 
+    a = load_artifact(artifact)
     backend = trt.TrtBackend()
     try:
-        talker = Synthesizer(load_artifact(artifact), backend).core.talker
-        for t in range(1, stage.PREFILL_PLANS + 2):
+        synth = Synthesizer(a, backend)
+        talker = synth.core.talker
+        claims, contexts = fake_cuda.CLAIMS[0], len(fake_trt.LIVE)
+        synth.synthesize([SpeechRequest(r.id, r.text, voice=r.voice, language=r.language, dual_track=r.dual_track,
+                                        sampling=Sampling.greedy(), max_frames=6) for r in REQUESTS])
+        for t in [*range(1, a.max_seq), *range(1, stage.PREFILL_PLANS + 2)]:  # the longest too, and dropped ones again
             talker._prefill_plan(t)
-        claimed = len(backend.device_memory)
-        for t in range(1, stage.PREFILL_PLANS + 2):  # every length again: each plan was dropped and is bound anew
-            talker._prefill_plan(t)
-        assert len(backend.device_memory) == claimed
+        assert (fake_cuda.CLAIMS[0], len(fake_trt.LIVE)) == (claims, contexts)
+    finally:
+        backend.close()
+    monkeypatch.setattr(trt.TrtEngine, "reserve", lambda self, later: None)
+    backend = trt.TrtBackend()
+    try:
+        synth = Synthesizer(a, backend)
+        with pytest.raises(EngineError, match=r"after boot: every buffer is claimed at boot"):
+            synth.synthesize([SpeechRequest("late", "Not reserved.", max_frames=2)])
     finally:
         backend.close()
 
@@ -900,17 +916,17 @@ def test_a_failed_capture_falls_back_whatever_libcudart_the_process_has(trt, art
 
 
 def test_a_profile_switch_takes_effect_in_stream_order(trt, artifact):
-    """setOptimizationProfileAsync copies into the context's memory on the stream it is given, and the
-    profile is the device's once that stream reaches the copy: an enqueue on another stream before
-    then would race it (refused by the double). The backend gives each context its memory first,
-    then its profile, on its one stream."""
+    """setOptimizationProfileAsync is stream-ordered: the profile is the device's once the stream it
+    was given reaches the switch, and an enqueue on another stream before then is the application's
+    error (NvInferRuntime.h: synchronizing "the profile sync stream and the enqueue stream" is its
+    responsibility; refused by the double). The backend switches and enqueues on its one stream."""
     other = None
     try:
         fake_cuda.Context().push()
         other = fake_cuda.Stream()
         fake_cuda.Context.pop()
         engine, ctx, buffers, stream = _bound_context(artifact, "talker", profile=1, switch=other)
-        with pytest.raises(fake_cuda.LogicError, match="activation memory shared by contexts running in parallel"):
+        with pytest.raises(fake_cuda.LogicError, match="not synchronized with this context's profile switch"):
             ctx.execute_async_v3(stream.handle)  # the switch, still on `other`, and this would race
         other.synchronize()
         assert ctx.execute_async_v3(stream.handle)

@@ -156,6 +156,7 @@ class Region:
             if _access_depth[0] == 0:
                 _libc.mprotect(self.ptr, self.size, PROT_NONE)
         _regions.append(self)
+        CLAIMS[0] += 1
 
     def host(self) -> np.ndarray:
         return np.frombuffer((ctypes.c_byte * self.size).from_address(self.ptr), dtype=np.uint8)
@@ -176,6 +177,8 @@ class Region:
 
 _regions: list[Region] = []
 _access_depth = [0]
+CLAIMS = [0]
+"""Every allocation ever made (device or page-locked): a test reads it before and after a run."""
 
 
 def region_of(address: int, nbytes: int = 1) -> Region:

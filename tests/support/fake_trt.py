@@ -12,15 +12,22 @@ Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
   at once: setDeviceMemoryV2, "undefined behavior"). The sizes are what the builder recorded
   (fake_trt_build.py's stand-in), not TensorRT's;
 - a new context runs profile 0; `set_optimization_profile_async` raises RuntimeError (the Python
-  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range, and for a USER_MANAGED context with
-  no device memory yet (the switch may enqueue a cudaMemcpyAsync into the context's memory: Edge-LLM
-  sets the memory first). Several live contexts may choose the same profile: profile sharing
+  binding's PY_ASSERT_RUNTIME_ERROR) for an index out of range. It is accepted before or after
+  `set_device_memory`: NvInferRuntime.h (v10.3.0, lines 3872-3905) orders it only before
+  `setInputShape` and the enqueue, and NVIDIA's own runners use both orders (TensorRT-Edge-LLM 0.7.1
+  cpp/runtime/llmEngineRunner.cpp: memory at line 419, the profile per step at 1236 and 1560;
+  cpp/multimodal/multimodalRunner.cpp: the profile at init, lines 57-59, the memory later). The
+  header says the switch "may require that data is copied via cudaMemcpyAsync" and not where to; it
+  is not modelled as a write into the activation block, which Edge-LLM shares between the talker's
+  and the code predictor's contexts while each switches profiles (qwen3OmniTTSRuntime.cpp 122-134).
+  Several live contexts may choose the same profile: profile sharing
   (PreviewFeature kPROFILE_SHARING_0806) is on by default since TensorRT 10.0 (trtexec's
   sampleOptions.cpp in 10.x: "profileSharing0806 is on by default in TensorRT 10.0. This flag is
   deprecated and has no effect"); "each optimization profile can only have one execution context" is
   TensorRT 8's rule, without that feature. The switch is stream-ordered: the host's calls see the new
-  profile at once, the device's work once the stream has reached the switch (work on another stream
-  that shares the memory meanwhile is refused, below);
+  profile at once, the device's work once the stream has reached the switch; an enqueue on another
+  stream before that stream synchronized is refused ("It is the application's responsibility to
+  guarantee that synchronization between the profile sync stream and the enqueue stream occurs");
 - `set_input_shape` returns False for a shape outside the profile or off a static dim;
   `set_tensor_address` returns False for an address that is not 256-byte aligned; `infer_shapes()`
   lists inputs without a shape; `execute_async_v3` returns False unless every input has a shape and
@@ -229,15 +236,15 @@ class IExecutionContext:
 
     def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
         stream = cuda.stream_of(stream_handle)
-        if not 0 <= profile_index < len(self.engine.profiles) or self.memory is None or stream is None:
+        if not 0 <= profile_index < len(self.engine.profiles) or stream is None:
             raise RuntimeError("Error in set optimization profile async.")  # PY_ASSERT_RUNTIME_ERROR
         self.profile = profile_index
         self.shapes.clear()
 
-        def switch() -> None:  # the switch's copy into the context's memory, in stream order
+        def switch() -> None:  # takes effect for the device's work in stream order
             self.device_profile = profile_index
-        work = cuda.Work(switch, [], "setOptimizationProfileAsync", touches=[(self.memory, 1)])
-        work.activations = self.memory
+        work = cuda.Work(switch, [], "setOptimizationProfileAsync")
+        work.switch_of = self
         stream.enqueue(work)
         return True
 
@@ -295,6 +302,10 @@ class IExecutionContext:
         for other in cuda._streams.values():
             if other is not stream and any(w.activations == self.memory for w in other.pending):
                 raise cuda.LogicError("activation memory shared by contexts running in parallel")
+            if other is not stream and any(getattr(w, "switch_of", None) is self for w in other.pending):
+                # NvInferRuntime.h setOptimizationProfileAsync: "It is the application's responsibility to
+                # guarantee that synchronization between the profile sync stream and the enqueue stream occurs."
+                raise cuda.LogicError("enqueueV3 on a stream not synchronized with this context's profile switch")
         shapes, addresses, profile = dict(self.shapes), dict(self.addresses), self.profile
         outputs = [node for node, mode in self.engine.io if mode is TensorIOMode.OUTPUT]
 

@@ -46,7 +46,7 @@ from edged.server.curve import CurveError, load_server_keys, start_authenticator
 from edged.server.events import Events
 from edged.server.replies import ClientReplies
 from edged.server.router import REPLIES, Server
-from edged.systemd import Notifier, Watchdog
+from edged.systemd import BootProgress, Notifier, Watchdog
 from edged.voices.service import Limits, VoiceBook, VoiceService, builtin_voices
 from edged.voices.store import VoiceStore
 
@@ -91,10 +91,13 @@ class Daemon:
     def boot(self) -> tuple[CohortLoop, Server]:
         cfg = self.config
         t0 = time.monotonic()
+        boot = BootProgress(self.notifier)  # EXTEND_TIMEOUT_USEC while each part of the boot gets done
         curve = self._curve()
+        boot.stage("loading the engines")
         artifact = load_artifact(cfg.daemon.artifact or None)
         threads = cfg.daemon.threads
         self.backend = make_backend(cfg.daemon.backend, threads.generation, cfg.daemon.cuda_graphs)
+        self.backend.progress = boot.step
         defaults = Sampling.defaults(artifact.sampling).with_overrides(
             {k: v for k, v in vars(cfg.sampling).items() if v is not None})
         self.core = core = Core(artifact, self.backend, vocoder_threads=threads.vocoder,
@@ -111,7 +114,14 @@ class Daemon:
         self.speaker = self._speaker(artifact, core)
         self.history, recorder = self._history(artifact)
         self.voices = self._voices(artifact)
+        boot.stage("claiming buffers, binding plans" + (", capturing CUDA graphs" if self.backend.name == "tensorrt"
+                                                         and cfg.daemon.cuda_graphs else ""))
         claimed = self._preallocate(core, recorder)
+        graphs = self.backend.graph_report()
+        if graphs["failed"]:
+            log.warning("CUDA graphs: %d of %d step plans captured; %d enqueued per run instead (named above; "
+                        "status.backend.cuda_graphs)", graphs["captured"], graphs["marked"], len(graphs["failed"]))
+        boot.stage("warming up")
         core.warm_up()
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         no_history = (f"history unavailable ({self.history_error}): speak without a session" if self.history_error
@@ -136,6 +146,7 @@ class Daemon:
             self.voices.start()
         log.info("serving %s on %s (artifact %s, max_batch %d, %d CUDA graphs, boot %.2f s)", artifact.family,
                  cfg.endpoint, artifact.path, artifact.max_batch, self.backend.graphs(), time.monotonic() - t0)
+        boot.done()
         self.notifier.ready()
         self.notifier.status(f"serving on {cfg.endpoint}: 0/{artifact.max_batch} members, 0 queued")
         self.watchdog.start()

@@ -29,7 +29,7 @@ reuses their buffers after `sync()`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,12 +127,13 @@ class Engine(ABC):
         return spec.dtype
 
     def plan(self, bindings: Mapping[str, np.ndarray], *, repeated: bool = True, graph: bool = True,
-             append: Append | None = None) -> Plan:
+             append: Append | None = None, label: str = "") -> Plan:
         """Bind every input and output of the graph to a buffer; checked once, here. `repeated`: the
         plan runs again and again (a step); False for a plan made for one run (a prefill of one
         length), which a backend does not prepare further (TensorRT: no CUDA graph). `graph`: a
         repeated plan worth a CUDA graph at boot (False: one the configuration rarely runs, enqueued
-        instead). `append`: rows of its outputs written into a cache when it runs."""
+        instead). `append`: rows of its outputs written into a cache when it runs. `label`: what the
+        plan is, for a log line or `status` that names it ("decode of 4 members over 64 slots")."""
         wanted = set(self.inputs) | set(self.outputs)
         missing = sorted(wanted - set(bindings))
         extra = sorted(set(bindings) - wanted)
@@ -143,7 +144,7 @@ class Engine(ABC):
             self._check(spec, buf)
         if append is not None:
             append.check()
-        plan = self._plan(bindings, repeated and graph, append)
+        plan = self._plan(bindings, repeated and graph, append, f"{self.name} ({label})" if label else self.name)
         plan.bindings = dict(bindings)
         plan.graphed = repeated and graph
         return plan
@@ -160,14 +161,18 @@ class Engine(ABC):
                 want is not None and want != got for want, got in zip(spec.shape, buf.shape)):
             raise EngineError(f"{self.name}: tensor {spec.name} has shape {_fmt(spec.shape)}, buffer has {list(buf.shape)}")
 
-    def reserve(self, later: Iterable[tuple[Mapping[str, np.ndarray], Append | None]]) -> None:
+    def reserve(self, later: Iterable[tuple[Mapping[str, np.ndarray], Append | None]]) -> None:  # noqa: B027
         """At boot, for plans that are bound later (a prefill per prompt length, bound at admission):
         claim now whatever binding one will need, so that binding it after boot claims nothing
         (TensorRT: its profile's shared context and its K/V append's kernel table). `later` is only
         iterated where something is claimed (not on ONNX Runtime)."""
 
     @abstractmethod
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan: ...
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None, label: str) -> Plan: ...
+
+
+def _no_progress() -> None:
+    pass
 
 
 class Backend(ABC):
@@ -175,6 +180,9 @@ class Backend(ABC):
     launches: int = 0
     """Work the host has put on the device: engine enqueues, graph and kernel launches, copies and
     memsets (0 where nothing is launched: ONNX Runtime)."""
+    progress: Callable[[], None] = staticmethod(_no_progress)
+    """Called as each slow part of the boot is done (TensorRT: an engine deserialized, a plan bound or
+    captured); the daemon's BootProgress extends systemd's start timeout from it."""
 
     @abstractmethod
     def load(self, path: Path) -> Engine: ...
@@ -207,6 +215,11 @@ class Backend(ABC):
     def graphs(self) -> int:
         """CUDA graphs the plans bound so far hold."""
         return 0
+
+    def graph_report(self) -> dict:
+        """`status.backend.cuda_graphs`: whether plans are captured at all, how many plans were bound for
+        repeated runs (`marked`), how many hold a graph, and each capture that failed ({"plan", "why"})."""
+        return {"enabled": False, "marked": 0, "captured": 0, "failed": []}
 
     def sync(self) -> None:  # noqa: B027 (a no-op here; TensorRT overrides it)
         """Wait for every copy and zero enqueued so far (a no-op where work is synchronous)."""

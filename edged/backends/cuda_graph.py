@@ -3,7 +3,9 @@
 pycuda has no stream capture, so this calls libcuda (always present where CUDA runs) through
 ctypes: `cuStreamBeginCapture_v2` on the backend's stream (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), the
 plan's enqueue, `cuStreamEndCapture`, `cuGraphInstantiateWithFlags`; a step is then one
-`cuGraphLaunch` instead of one launch per kernel. A captured graph holds the addresses and shapes
+`cuGraphLaunch` instead of one launch per kernel. The executable graph is uploaded to the device
+when it is instantiated (`cuGraphUpload`, cuda.h: "Uploads hGraphExec to the device in hStream
+without executing it"), so no step pays for it. A captured graph holds the addresses and shapes
 that were bound when it was captured, so it is made once per bound plan, whose buffers never move.
 Only the executable graph is kept (the captured one is destroyed once instantiated, as trtexec does).
 
@@ -42,6 +44,7 @@ def driver():
                        ("cuStreamEndCapture", [handle, out]),
                        ("cuGraphInstantiateWithFlags", [out, handle, ctypes.c_ulonglong]),
                        ("cuGraphLaunch", [handle, handle]),
+                       ("cuGraphUpload", [handle, handle]),
                        ("cuGraphExecDestroy", [handle]),
                        ("cuGraphDestroy", [handle]),
                        ("cuGetErrorName", [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])):
@@ -99,6 +102,7 @@ class Graph:
             self._discard(graph)
             check(lib, "cuGraphInstantiate", instantiated)
         check(lib, "cuGraphDestroy", lib.cuGraphDestroy(graph))  # the executable graph is all a launch needs
+        check(lib, "cuGraphUpload", lib.cuGraphUpload(self.exec, self.stream))  # to the device now, not at a step
 
     def _discard(self, graph: ctypes.c_void_p) -> None:
         """After a failed capture: destroy what it returned and clear the runtime's last error."""

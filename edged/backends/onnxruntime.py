@@ -32,7 +32,7 @@ class OrtEngine(Engine):
         super().__init__(path, [_spec(path, i) for i in session.get_inputs()],
                          [_spec(path, o) for o in session.get_outputs()])
 
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None, label: str) -> Plan:
         binding = self.session.io_binding()
         for name, buf in bindings.items():
             bind = binding.bind_input if name in self.inputs else binding.bind_output

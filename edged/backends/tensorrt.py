@@ -103,8 +103,9 @@ class Context:
 
 class TrtPlan(Plan):
     def __init__(self, engine: TrtEngine, context: Context, inputs: list[tuple[str, tuple[int, ...]]],
-                 addresses: list[tuple[str, int]], append: AppendLaunch | None):
+                 addresses: list[tuple[str, int]], append: AppendLaunch | None, label: str):
         self._engine = engine
+        self.label = label
         self._context = context
         self._inputs = inputs
         self._addresses = addresses
@@ -148,11 +149,15 @@ class TrtPlan(Plan):
         try:
             self._graph = Graph(backend.stream.handle, self.enqueue)
         except (CudaError, EngineError, cuda.Error) as exc:
-            log.warning("%s: no CUDA graph for a plan (%s); it is enqueued per run instead", self._engine.name, exc)
+            log.warning("no CUDA graph for %s: %s; it is enqueued per run instead", self.label, exc)
+            self._engine.failures.append({"plan": self.label, "why": str(exc)})
             self._context.release()
             self._context = self._engine.context(self._context.index)
             self._enqueue_after_failed_capture()
-        backend.launches = launches  # what a capture records is not launched
+        else:  # uploaded when instantiated; one replay now, so the first request's step pays nothing more
+            self._graph.launch()
+            backend.stream.synchronize()
+        backend.launches = launches  # neither the capture nor the warm replay is a step's work
 
     def _enqueue_after_failed_capture(self) -> None:
         """One ordinary enqueue and sync; TensorRT reports (and so clears) the error a failed capture
@@ -195,6 +200,7 @@ class TrtEngine(Engine):
         self.shared: dict[int, Context] = {}  # per profile, for the plans that are enqueued
         self.activation_bytes = int(engine.device_memory_size_v2)
         self.captured: list[TrtPlan] = []  # plans a capture was tried for, released in release()
+        self.failures: list[dict[str, str]] = []  # {"plan", "why"} of each capture that failed
         inputs: list[TensorSpec] = []
         outputs: list[TensorSpec] = []
         for i in range(engine.num_io_tensors):
@@ -240,18 +246,20 @@ class TrtEngine(Engine):
                 tables.append(append_table(append).view(np.uint8))
         self.backend.reserve_tables(tables)
 
-    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None) -> Plan:
+    def _plan(self, bindings: Mapping[str, np.ndarray], repeated: bool, append: Append | None, label: str) -> Plan:
         inputs = [(n, tuple(b.shape)) for n, b in bindings.items() if n in self.inputs]
         index = self._profile(bindings)
         self.backend.claim_activations()
+        self.backend.marked += repeated
         captured = repeated and self.backend.cuda_graphs
         context = Context(self, index) if captured else self.context(index)
         launch = None if append is None else AppendLaunch(self.backend, append)
-        plan = TrtPlan(self, context, inputs, [(n, device_address(b)) for n, b in bindings.items()], launch)
+        plan = TrtPlan(self, context, inputs, [(n, device_address(b)) for n, b in bindings.items()], launch, label)
         plan.bind()  # refused shapes or addresses fail here, at boot
         if captured:
             self.captured.append(plan)
             plan.capture()
+        self.backend.progress()
         return plan
 
     def graphs(self) -> int:
@@ -274,6 +282,7 @@ class TrtBackend(CudaDevice, Backend):
     def __init__(self, device: int = 0, cuda_graphs: bool = True):
         super().__init__(device)
         self.cuda_graphs = cuda_graphs
+        self.marked = 0  # plans bound for repeated runs: each gets a CUDA graph where graphs are on
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
         self.engines: list[TrtEngine] = []
@@ -295,6 +304,7 @@ class TrtBackend(CudaDevice, Backend):
                               f"bytes of activation memory, {self.activation_size} were claimed: load every "
                               f"engine first")
         self.engines.append(loaded)
+        self.progress()
         return loaded
 
     def claim_activations(self) -> None:
@@ -310,6 +320,10 @@ class TrtBackend(CudaDevice, Backend):
     def graphs(self) -> int:
         """CUDA graphs captured (and held) by the plans bound so far."""
         return sum(e.graphs() for e in self.engines)
+
+    def graph_report(self) -> dict:
+        failed = [f for e in self.engines for f in e.failures]
+        return {"enabled": self.cuda_graphs, "marked": self.marked, "captured": self.graphs(), "failed": failed}
 
     def close(self) -> None:
         """Graphs, contexts and engines, then the activations, then the buffers, the stream and the

@@ -206,6 +206,14 @@ def _history(h: dict) -> str:
             f"{h['retained_bytes']} bytes of audio kept ({h['path']})")
 
 
+def _backend(b: dict) -> str:
+    graphs = b["cuda_graphs"]
+    if not graphs["enabled"]:
+        return b["name"] if b["name"] != "tensorrt" else f"{b['name']}, CUDA graphs off (daemon.cuda_graphs)"
+    failed = "".join(f"; NOT CAPTURED {f['plan']}: {f['why']}" for f in graphs["failed"])
+    return f"{b['name']}, {graphs['captured']} of {graphs['marked']} step plans replayed as CUDA graphs{failed}"
+
+
 def format_status(s: dict) -> str:
     cohort, queue, counters = s["cohort"], s["queue"], s["counters"]
     done = ", ".join(f"{k} {v}" for k, v in counters["done"].items())
@@ -217,6 +225,7 @@ def format_status(s: dict) -> str:
         ("model", _model(s["model"])),
         ("cpu", Cpu(s["cpu"]["model"], s["cpu"]["arch"], tuple(s["cpu"]["features"]), s["cpu"]["int8_products"]).line()),
         ("vocoder", f"{s['vocoder']['weights']} ({s['vocoder']['why']})"),
+        ("backend", _backend(s["backend"])),
         ("cohort", f"{cohort['running']}/{cohort['max_batch']} members{members}"),
         ("queue", f"{queue['waiting']} waiting (limit {queue['limit']})"),
         ("requests", f"{counters['accepted']} accepted, {counters['rejected']} rejected"),

@@ -50,6 +50,7 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "model": describe(a, loop.core.talker.fewest_rows),
         "cpu": this_cpu().to_json(),
         "vocoder": loop.core.vocoder.form.to_json(),
+        "backend": {"name": loop.core.talker.backend.name, "cuda_graphs": loop.core.talker.backend.graph_report()},
         "cohort": {"running": len(running), "max_batch": a.max_batch,
                    "members": [str(e.payload.id) for e in running],
                    "waiting_for_text": [str(e.payload.id) for e in running

@@ -4,8 +4,8 @@ Everything works without systemd-python (the `systemd` extra) and is a no-op out
 """
 
 from edged.systemd.logging import JournalHandler, NativeJournalSender, journal_wanted, setup_logging
-from edged.systemd.notify import Notifier, watchdog_interval
+from edged.systemd.notify import BootProgress, Notifier, watchdog_interval
 from edged.systemd.watchdog import Watchdog
 
-__all__ = ["JournalHandler", "NativeJournalSender", "Notifier", "Watchdog", "journal_wanted", "setup_logging",
+__all__ = ["BootProgress", "JournalHandler", "NativeJournalSender", "Notifier", "Watchdog", "journal_wanted", "setup_logging",
            "watchdog_interval"]

@@ -111,6 +111,36 @@ class Notifier:
         return self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1e6)}")
 
 
+class BootProgress:
+    """EXTEND_TIMEOUT_USEC while the boot makes progress (systemd.service, TimeoutStartSec=: "the
+    service must send a new message" within each extension): `step()` is called as each part of the
+    boot is done (an engine deserialized, a plan bound or captured); the first call and then one at
+    most every `every_s` seconds asks for `extend_s` more. A boot that stops making progress stops
+    asking, and systemd's start timeout ends it, as it should. STATUS= says what the boot is doing."""
+
+    def __init__(self, notifier: Notifier, extend_s: float = 60.0, every_s: float = 5.0):
+        self.notifier, self.extend_s, self.every_s = notifier, extend_s, every_s
+        self.last: float | None = None
+        self.sent = 0
+        self.over = False
+
+    def stage(self, what: str) -> None:
+        """A new part of the boot begins: STATUS=booting: `what`, and an extension."""
+        self.notifier.status(f"booting: {what}")
+        self.last = None
+        self.step()
+
+    def done(self) -> None:
+        """Boot is over (READY=1 next): later steps (a plan bound at admission) ask for nothing."""
+        self.over = True
+
+    def step(self) -> None:
+        now = time.monotonic()
+        if not self.over and (self.last is None or now - self.last >= self.every_s):
+            self.last = now
+            self.sent += self.notifier.extend_timeout(self.extend_s)
+
+
 def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
     """systemd's watchdog timeout (WatchdogSec=) in seconds, or None when none applies to this process.
 

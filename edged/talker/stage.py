@@ -206,7 +206,7 @@ class TalkerStage:
                       f"new_keys_{i}": self.new_keys[i][rows], f"new_values_{i}": self.new_values[i][rows]}
         append = Append(self._kv_rows(self.keys, self.values, self.new_keys, self.new_values, rows), self.positions,
                         active=self.appending)
-        return self.engine.plan(binds, append=append)
+        return self.engine.plan(binds, append=append, label=f"decode of {n} member(s) over {length} slots")
 
     @staticmethod
     def _kv_rows(keys, values, new_keys, new_values, rows: slice) -> tuple[Rows, ...]:
@@ -281,7 +281,8 @@ class TalkerStage:
         # all T rows join the cache: rows past the accepted drafts sit beyond the next pass's position,
         # masked, and are written over
         append = Append(self._kv_rows(self.cp_keys, self.cp_values, new_keys, new_values, rows), self.cp_positions)
-        return self.cp_engine.plan(binds, graph=head == 0 or t == 1 or t <= self.graph_window, append=append)
+        return self.cp_engine.plan(binds, graph=head == 0 or t == 1 or t <= self.graph_window, append=append,
+                                   label=f"pass of {n} member(s), {t} row(s) from head {head}")
 
     @property
     def predictor_plans(self) -> list[Plan]:
@@ -296,7 +297,7 @@ class TalkerStage:
                     "hidden": self.draft_hidden[rows], "heads": self.cp_heads[h:h + k],
                     "temperature": self.cp_temperature[rows], "top_k": self.cp_top_k[rows], "top_p": self.cp_top_p[rows],
                     "noise": self.draft_noise[k][rows], "drafts": self.drafts[k][rows], "draft_probs": self.draft_probs[k][rows]},
-                    graph=k < self.graph_window)
+                    graph=k < self.graph_window, label=f"{k} draft(s) of {n} member(s) from head {h}")
                 for h in range(1, last + 1) for k in range(1, min(MAX_WINDOW - 1, last - h) + 1)}
 
     # ---------------------------------------------------------------------------------- requests
@@ -383,7 +384,7 @@ class TalkerStage:
 
     def _bind_prefill(self, t: int) -> Plan:
         binds, append = self._prefill_binding(t)
-        return self.engine.plan(binds, repeated=False, append=append)
+        return self.engine.plan(binds, repeated=False, append=append, label=f"prefill of {t} rows")
 
     def _prefill_binding(self, t: int) -> tuple[dict[str, np.ndarray], Append]:
         """What a prefill of `t` rows binds, and its K/V append."""

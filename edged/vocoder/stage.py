@@ -98,7 +98,7 @@ class VocoderStage:
         for k, spec in enumerate(self.state_specs):
             binds[spec.input] = self.states[side][k][slot]
             binds[spec.output] = self.states[1 - side][k][slot]
-        return self.engine.plan(binds)
+        return self.engine.plan(binds, label=f"window of {frames} frame(s), slot {slot}, side {side}")
 
     # ---------------------------------------------------------------------------------- stage contract
 

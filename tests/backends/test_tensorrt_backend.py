@@ -253,10 +253,15 @@ def test_a_failed_capture_is_ended_cleaned_up_and_the_plan_enqueued(trt, artifac
         verify = synth.core.talker.verify_plans[0][0, 2]
         assert verify._graph is None and synth.core.talker.decode_plans[0][64]._graph is not None
         assert not libcuda.graphs and fake_cuda.RUNTIME.peek() == 0 and trt_backend.stream.captured is None
+        report = trt_backend.graph_report()
+        passes = sum(p.graphed for plans in synth.core.talker.verify_plans for p in plans.values())
     finally:
         trt_backend.close()
     assert np.array_equal(want.frames, got.frames)
-    assert "no CUDA graph for a plan (code_predictor.onnx: execute_async_v3 failed)" in caplog.text
+    assert ("no CUDA graph for code_predictor.onnx (pass of 4 member(s), 1 row(s) from head 2): code_predictor.onnx: "
+            "execute_async_v3 failed; it is enqueued per run instead") in caplog.text
+    assert report["failed"] and all(f["plan"].startswith("code_predictor.onnx (") for f in report["failed"])
+    assert report["captured"] + len(report["failed"]) == report["marked"] == report["captured"] + passes
     fake_trt.CAPTURE_UNSAFE.clear()
     libcuda.fail_instantiate = True
     trt_backend = trt.TrtBackend()
@@ -586,15 +591,21 @@ def test_plans_are_streamed_at_write_and_mapped_at_load(trt, builtin_artifact, t
 def test_boot_captures_the_graphs_the_configuration_runs(trt, artifact):
     """CUDA graphs at boot: every decode span and batch size, every vocoder plan, and the code predictor's
     passes of the default verify window (here off: one pass per group); the passes and drafts of other
-    windows are bound and enqueued when a request asks for them."""
+    windows are bound and enqueued when a request asks for them. Each graph is uploaded when it is
+    instantiated and replayed once at boot, before any request."""
     a = load_artifact(artifact)
     b, g, spans = a.max_batch, a.dims.code_groups, len(__import__("edged.talker.stage").talker.stage.buckets(a.max_seq))
+    libcuda = sys.modules["edged.backends.cuda_graph"].driver()
     for window, extra in ((0, 0), (2, 2)):  # verify window 2: a pass of 2 rows, a draft of 1, per batch size
         backend = trt.TrtBackend()
         try:
+            launched = libcuda.launches
             synth = Synthesizer(a, backend, graph_window=window)
             vocoder = len(synth.core.vocoder.plans)
             assert backend.graphs() == b * spans + b * (g - 1 + extra) + vocoder, window
+            assert libcuda.launches - launched == backend.graphs() and libcuda.launched_before_upload == 0
+            assert backend.graph_report() == {"enabled": True, "marked": backend.graphs(), "captured": backend.graphs(),
+                                              "failed": []}
             assert vocoder == b * 2 * 4  # slot x side x window length
             verify = synth.core.talker.verify_plans[0]
             assert (verify[1, 2]._graph is not None) == (window >= 2)

@@ -58,13 +58,15 @@ class NotifySocket:
 class Daemon:
     def __init__(self, tmp: Path, *, config: str = "", endpoint: str | None = None, watchdog_usec: int | None = None,
                  state: Path | None = None, wrap: tuple[str, ...] = (), voice: Path | None = None,
-                 args: tuple[str, ...] = (), ready_s: float = 60):
+                 args: tuple[str, ...] = (), ready_s: float = 60, command: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         """state: the daemon's state directory parent (XDG_STATE_HOME); default tmp/state. Give a
         restarted daemon the first one's to keep its history. wrap: a command line the daemon's runs
         inside (it must exec it, so the process is the daemon's), e.g. a private mount namespace.
         voice: a .npy of speech that stands in for every reply's PCM at the speaker (support/voiced.py).
         args: more `edged serve` options (e.g. --audio-device NAME). ready_s: how long its boot may take
-        (an emulated CPU's is minutes)."""
+        (an emulated CPU's is minutes). command: what runs `edged` instead of `python -m edged`
+        (e.g. tests/support/with_fake_trt.py VERSION); env: more environment variables."""
         self.tmp = tmp
         self.endpoint = endpoint or f"ipc://{tmp / 'edged.sock'}"
         self.notify = NotifySocket(str(tmp / "notify.sock"))
@@ -75,16 +77,17 @@ class Daemon:
         quiet = ("" if "[audio]" in config else '\n[audio]\ndevice = "none"\ninput_device = "none"\n') + \
                 ("" if "[events]" in config else '\n[events]\nlisten = "none"\n')
         (tmp / "edged.toml").write_text(config + quiet + GREEDY)
+        more = env or {}
         env = {**os.environ, "NOTIFY_SOCKET": self.notify.address, "PYTHONUNBUFFERED": "1",
-               "XDG_STATE_HOME": str(state or tmp / "state")}  # the history database: in the test's directory
+               "XDG_STATE_HOME": str(state or tmp / "state"), **more}  # the history database: in the test's directory
         env.pop("JOURNAL_STREAM", None)
         env.pop("INVOCATION_ID", None)
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.log = open(tmp / "daemon.log", "w")
         self.state = state or tmp / "state"
-        edged = [sys.executable, "-m", "edged"] if voice is None else \
-            [sys.executable, str(Path(__file__).with_name("voiced.py")), str(voice)]
+        edged = list(command) or ([sys.executable, "-m", "edged"] if voice is None else
+                                  [sys.executable, str(Path(__file__).with_name("voiced.py")), str(voice)])
         self.proc = subprocess.Popen(
             [*wrap, *edged, "serve", "--config", str(tmp / "edged.toml"), "--listen", self.endpoint, *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -29,7 +29,8 @@ way the real part breaks where the backend could get them wrong:
   the capturing stream is recorded, not run; a potentially unsafe call from the capturing thread
   (cuThreadExchangeStreamCaptureMode: "some actions, such as a call to cudaMalloc, may be unsafe")
   fails and invalidates the capture: `cuStreamEndCapture` then returns
-  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. Which call fails how is what pycuda and
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. An executable graph may be uploaded
+  (`cuGraphUpload`), which is recorded. Which call fails how is what pycuda and
   libcuda did on a GPU (an H200, CUDA 13.0, pycuda 2026.1; `scripts/validate_cuda.py`'s rows and a
   probe of each call): allocations (cuMemAlloc, cuMemHostAlloc) and synchronizing the capturing
   stream raise CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ("operation not permitted when stream is
@@ -596,6 +597,9 @@ class Driver:
         self.graphs: dict[int, list[Work]] = {}
         self.execs: dict[int, list[Work]] = {}
         self.launches = 0
+        self.uploaded: set[int] = set()
+        self.launched_before_upload = 0
+        """Launches of an executable graph not uploaded (cuGraphUpload) before."""
         self.fail_instantiate = False
         """Set by a test: the next instantiations fail (a graph the device cannot run)."""
         self._next = 1
@@ -647,6 +651,17 @@ class Driver:
                 item.run()
         s.enqueue(Work(run, writes, "cuGraphLaunch", touches))
         self.launches += 1
+        self.launched_before_upload += getattr(graph_exec, "value", graph_exec) not in self.uploaded
+        return CUDA_SUCCESS
+
+    def cuGraphUpload(self, graph_exec, stream) -> int:
+        """Uploads the executable graph in `stream` without executing it (cuda.h, cuGraphUpload); here
+        it is recorded, so a test sees which graphs a step launches without an upload first."""
+        handle = getattr(graph_exec, "value", graph_exec)
+        s = _streams.get(getattr(stream, "value", stream))
+        if handle not in self.execs or s is None or current() is None:
+            return CUDA_ERROR_INVALID_HANDLE
+        self.uploaded.add(handle)
         return CUDA_SUCCESS
 
     def cuGraphExecDestroy(self, graph_exec) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.systemd import Notifier, Watchdog, watchdog_interval
+from edged.systemd import BootProgress, Notifier, Watchdog, watchdog_interval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,3 +226,22 @@ def test_a_full_notify_socket_never_blocks_the_sender(monkeypatch, tmp_path, cap
     assert sent[0] and not all(sent)
     assert sum("sd_notify" in r.message and "failed" in r.message for r in caplog.records) == 1
     sink.close()
+
+
+def test_boot_progress_extends_the_start_timeout_while_the_boot_moves(receiver, monkeypatch):
+    """A stage asks at once; steps ask at most every `every_s`; after done() nothing more is asked."""
+    monkeypatch.setenv("NOTIFY_SOCKET", receiver.address)
+    boot = BootProgress(Notifier("socket"), extend_s=60.0, every_s=0.3)
+    boot.stage("loading the engines")
+    for _ in range(50):  # a burst of plans bound: within every_s, no more messages
+        boot.step()
+    time.sleep(0.35)
+    boot.step()
+    boot.done()
+    time.sleep(0.35)
+    boot.step()
+    boot.stage("after the boot")  # STATUS still goes out; no extension
+    time.sleep(0.1)
+    assert receiver.texts() == ["STATUS=booting: loading the engines", "EXTEND_TIMEOUT_USEC=60000000",
+                                "EXTEND_TIMEOUT_USEC=60000000", "STATUS=booting: after the boot"]
+    assert boot.sent == 2

@@ -19,7 +19,12 @@ an 8 GB Orin). TF32 is cleared for every build: it is on by default (NvInfer.h B
 strongly typed plan (norms, softmax, logits, sampling) and every fp32 plan would round their products'
 inputs to 10-bit mantissas. An fp16 artifact, and an int4 one in the Jetson form, is built as a
 strongly typed network: its graphs say where fp16 (and INT4 weights) are and where fp32 stays. A
-quantized form TensorRT 10.3 cannot build is refused first, with the reason (`weights_refusal`). The
+quantized form TensorRT 10.3 cannot build is refused first, with the reason (`weights_refusal`).
+Auxiliary streams are off (`max_aux_streams = 0`, "single-stream inference"): the backend runs every
+context on one stream, serially, and NvInfer.h's setMaxAuxStreams says auxiliary streams cost
+activation memory that cannot be reused, which a one-stream loop never wins back. Plans keep
+detailed layer information (`ProfilingVerbosity.DETAILED`), so the engine inspector shows each
+layer's weights and types (scripts/validate_jetson.py checks an int4 plan's GEMMs by it). The
 backend's CUDA kernels (`edged/backends/kernels.py`) are compiled for this GPU beside the plans. Only
 `build` and `build_plans` need TensorRT; the profiles are computed (and tested) without it."""
 
@@ -123,6 +128,8 @@ def build(onnx_path: Path, role: str, sizes_by_role: dict[str, tuple[int, int, i
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
     config.set_memory_pool_limit(trt.MemoryPoolType.TACTIC_DRAM, TACTIC_DRAM)
     config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32, strongly typed or not: plans match ONNX Runtime
+    config.max_aux_streams = 0  # one stream: NvInfer.h, more "will not be able to" reuse activation memory
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # the engine inspector shows each layer's weights
     for index in range(len(profiles(role))):
         optimization = builder.create_optimization_profile()
         for i in range(network.num_inputs):

@@ -8,8 +8,10 @@ What this machine can measure, it measures: the weights the device engines hold 
 initializers, which TensorRT keeps in their types: INT4 stays packed), every buffer the daemon claims
 at boot (the runtime's own report, `Core.preallocate()`, booted here on ONNX Runtime: the same
 buffers, in the same types, as on TensorRT: an fp16 network's KV cache is fp16, half an fp32 one's),
-the host tables and the CUDA graphs the boot captures (the plans marked for a graph). What only a
-device can report is estimated, and marked so: TensorRT's activation block (the attention scores and
+the host tables, the CUDA graphs the boot captures (the plans marked for a graph) and the K/V
+append tables reserved for every prefill length. What only a device can report is estimated, and
+marked so: the persistent memory of each execution context (one per captured graph, and at most one
+per optimization profile for the plans enqueued), TensorRT's activation block (the attention scores and
 softmax of a max_seq prefill and two of its MLP activations, in the network's types: fp16 scores and
 MLP activations with an fp32 softmax in an fp16 network, all fp32 in an fp32 one: what the largest
 engine holds live at once), each CUDA graph's memory, and the CUDA context with TensorRT's libraries.
@@ -29,13 +31,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from edged.artifact import load_artifact
-from edged.backends import make_backend
+from edged.backends import kernels, make_backend
 from edged.core import Core
+from engines.tensorrt import profiles
 
 DEVICE_GRAPHS = ("talker", "code_predictor", "code_predictor_draft", "vocoder")
 BYTES = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.INT8: 1, TensorProto.INT4: 0.5,
          TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.BOOL: 1}
-DEVICE_PARTS = ("kv_cache", "kv_scratch", "predictor_heads", "vocoder_state")
+DEVICE_PARTS = ("kv_cache", "kv_scratch", "predictor_heads", "predictor_scratch", "vocoder_state")
+CONTEXT_MIB = (0.03, 8.3)
+"""Estimate: persistent device memory each execution context holds for its lifetime, outside the
+shared activation block (the smallest and largest "Total per-runner device persistent memory" in
+public TensorRT verbose logs); the plan counts the largest. validate_jetson measures it on the device."""
 GRAPH_MIB = 0.5
 """Estimate: one captured step's executable graph (a few hundred kernel nodes of about 1-2 KB each)."""
 RUNTIME_MIB = (600, 900)
@@ -71,16 +78,21 @@ def plan(path: Path, max_batch: int, max_seq: int, heads: int, intermediate: int
     graphs = sum(p.graphed for plans in t.decode_plans for p in plans.values()) + \
         sum(p.graphed for p in t.predictor_plans) + sum(p.graphed for p in core.vocoder.plans.values())
     tables = sum(x.nbytes for x in a.tables().values()) - t.cp_heads.nbytes  # the heads went to the device
+    shared = sum(len(profiles(g)) for g in DEVICE_GRAPHS)  # at most one per profile, for the plans enqueued
+    appends = (a.max_seq - 1) * 2 * a.dims.layers * kernels.ROWS.itemsize  # a prefill's table per prompt length
     device = sum(claimed[k] for k in DEVICE_PARTS if k in claimed)
     pinned = sum(v for k, v in claimed.items() if k not in DEVICE_PARTS)
     return {
         "weights (device engines)": (sum(weights_mib(a.file(g)) for g in DEVICE_GRAPHS), "device; measured"),
-        "KV cache, K/V scratch, predictor heads, vocoder state": (device / 2**20, "device; measured"),
+        "KV cache, K/V scratch, predictor heads and scratch, vocoder state": (device / 2**20, "device; measured"),
         "step I/O, text track, vocoder windows, codec port": (pinned / 2**20, "pinned host; measured"),
         "host tables (embeddings)": (tables / 2**20, "host; measured"),
         "activations (one shared block)": (activations_mib(heads, intermediate, max_seq, a.precision == "fp16"),
                                            "device; estimate"),
         f"CUDA graphs ({graphs} at boot)": (graphs * GRAPH_MIB, "device; estimate"),
+        f"execution contexts ({graphs} graphs' own + at most {shared} shared)":
+            ((graphs + shared) * CONTEXT_MIB[1], f"device; estimate ({CONTEXT_MIB[0]}-{CONTEXT_MIB[1]} MiB each)"),
+        "K/V append tables (every prefill length's)": (appends / 2**20, "device; computed"),
         "CUDA context, TensorRT libraries": (sum(RUNTIME_MIB) / 2, "estimate"),
     }
 

@@ -186,7 +186,8 @@ class TalkerStage:
                                     self.held_hidden, self.held_code0, *self.prefill_io.values()))
         text = self.prefill_rows.nbytes + self.prefill_position.nbytes + self.track.nbytes
         self.claimed = {"kv_cache": kv, "kv_scratch": scratch, "prefill_and_text_track": text, "step_io": io,
-                        "predictor_heads": self.cp_heads.nbytes}
+                        "predictor_heads": self.cp_heads.nbytes,
+                        "predictor_scratch": sum(x.nbytes for x in self._predictor_scratch())}
         return self.claimed
 
     @property
@@ -253,10 +254,15 @@ class TalkerStage:
         self.draft_probs = {k: dev((b, k, vc), dr("draft_probs")) for k in sizes[:-1]}
 
     def _predictor_io(self) -> list[np.ndarray]:
-        return [self.cp_positions, self.draft_hidden,
-                *(x for buffers in (self.cp_rows, self.cp_drafts, self.cp_draft_probs, self.cp_accept_noise,
-                                    self.cp_noise, self.cp_codes, self.cp_accepted, self.cp_hidden, self.draft_noise,
-                                    self.drafts, self.draft_probs) for x in buffers.values())]
+        """The code predictor's and its drafts' buffers the host reads or writes."""
+        return [self.cp_positions,
+                *(x for buffers in (self.cp_rows, self.cp_drafts, self.cp_accept_noise, self.cp_noise, self.cp_codes,
+                                    self.cp_accepted, self.draft_noise, self.drafts) for x in buffers.values())]
+
+    def _predictor_scratch(self) -> list[np.ndarray]:
+        """Their outputs only the next graph reads (hidden states, draft probabilities): device memory."""
+        return [self.draft_hidden, *(x for buffers in (self.cp_draft_probs, self.cp_hidden, self.draft_probs)
+                                     for x in buffers.values())]
 
     def _verify_plans(self, n: int) -> dict[tuple[int, int], Plan]:
         """Every code-predictor pass of members 0..n-1, by (first head, new rows): a frame's first pass

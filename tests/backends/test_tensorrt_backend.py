@@ -450,9 +450,10 @@ def test_the_builder_refuses_what_tensorrt_10_3_refuses(trt, builtin_artifact, t
     assert engine is None and errors and all("No importer registered for op: Unique" in e for e in errors)
 
 
-def test_tf32_is_cleared_for_every_plan_strongly_typed_or_not(trt, builtin_artifact, tmp_path):
+def test_tf32_is_cleared_and_aux_streams_are_off_for_every_plan(trt, builtin_artifact, tmp_path):
     """TF32 is on by default in every builder config and STRONGLY_TYPED does not clear it: `plans`
-    clears it, so fp32 (and a strongly typed plan's fp32 islands) stays fp32."""
+    clears it, so fp32 (and a strongly typed plan's fp32 islands) stays fp32. Auxiliary streams are
+    TensorRT's choice by default: `plans` sets none (one stream, activations reused)."""
     from engines.fp16 import convert_artifact
     from engines.tensorrt import build_plans
 
@@ -462,6 +463,7 @@ def test_tf32_is_cleared_for_every_plan_strongly_typed_or_not(trt, builtin_artif
     fake_trt.LOGGERS.clear()
     engines = [engine_of(p) for art in (fp32, fp16) for p in build_plans(art)]
     assert len(engines) == 8 and not any(e.tf32 for e in engines) and sum(e.strongly_typed for e in engines) == 4
+    assert all(e.aux_streams == 0 and e.profiling_verbosity is fake_trt.ProfilingVerbosity.DETAILED for e in engines)
     assert not any("TF32" in m for logger in fake_trt.LOGGERS for _, m in logger.messages)
 
 

@@ -5,6 +5,12 @@ python/ at tag v10.3.0; the "Working with Quantized Types" guide; onnx-tensorrt'
 
 Running (`Runtime`, `ICudaEngine`, `IExecutionContext`):
 - `deserialize_cuda_engine` takes any buffer (pyCore.cpp: a py::buffer) and keeps nothing of it;
+- every execution context claims CONTEXT_BYTES of persistent device memory of its own when it is
+  created, whatever its allocation strategy, and frees it when destroyed (the developer guide, quoted
+  in NVIDIA/TensorRT#3907: "Persistent memory required by some layer implementations ... This memory
+  is allocated on creation of the execution context, and lasts for its lifetime"; not part of
+  `device_memory_size_v2`); public verbose logs show 28 KB to 8.3 MiB per context, the double charges
+  1 MiB;
 - `create_execution_context()` (kSTATIC, NvInferRuntime.h) claims device memory of
   `device_memory_size_v2` per context; USER_MANAGED claims none and runs only after
   `set_device_memory(memory, size)`: 256-byte aligned device memory of at least
@@ -82,6 +88,8 @@ MAGIC = b"FAKETRT1"
 RUNTIME = cuda.CudaRuntime()
 """TensorRT's own CUDA runtime: libnvinfer links cudart statically, so its last error is not the one
 the process's libcudart (fake_cuda.RUNTIME) holds or clears."""
+CONTEXT_BYTES = 1 << 20
+"""Persistent device memory each execution context holds for its lifetime (see above)."""
 LIVE: weakref.WeakSet = weakref.WeakSet()
 """Every engine and execution context not yet destroyed (a test checks none outlives the CUDA context)."""
 
@@ -133,6 +141,12 @@ class BuilderFlag(enum.Enum):
     BF16 = 17
 
 
+class ProfilingVerbosity(enum.Enum):
+    LAYER_NAMES_ONLY = 0  # NvInferRuntime.h: the default
+    NONE = 1
+    DETAILED = 2  # "Print detailed layer information including layer names and layer parameters."
+
+
 class MemoryPoolType(enum.Enum):
     WORKSPACE = 0
     TACTIC_SHARED_MEMORY = 4
@@ -171,6 +185,8 @@ class ICudaEngine:
         self.activation_bytes = spec["activation_bytes"]
         self.tf32, self.fp32_int4_products = spec["tf32"], spec["fp32_int4_products"]
         self.strongly_typed = spec["strongly_typed"]
+        self.aux_streams = spec["aux_streams"]
+        self.profiling_verbosity = ProfilingVerbosity[spec["profiling_verbosity"]]
         self.io = [(i, TensorIOMode.INPUT) for i in self.session.get_inputs()] + \
                   [(o, TensorIOMode.OUTPUT) for o in self.session.get_outputs()]
         LIVE.add(self)
@@ -228,6 +244,8 @@ class IExecutionContext:
         self.device_profile = 0  # the profile the context's work runs with, once the stream reached the switch
         self.warmed: tuple | None = None  # the state of the last ordinary enqueue that completed
         LIVE.add(self)
+        self.persistent = cuda.mem_alloc(CONTEXT_BYTES)  # the context's own, whatever the strategy
+        weakref.finalize(self, self.persistent.free)
         self.own_memory = cuda.mem_alloc(engine.device_memory_size_v2) \
             if strategy is ExecutionContextAllocationStrategy.STATIC else None
         self.memory: int | None = None if self.own_memory is None else int(self.own_memory)
@@ -354,8 +372,8 @@ def install(monkeypatch) -> types.SimpleNamespace:
     this = sys.modules[__name__]
     trt = types.ModuleType("tensorrt")
     for name in ("__version__", "DataType", "nptype", "TensorIOMode", "Logger", "NetworkDefinitionCreationFlag",
-                 "BuilderFlag", "MemoryPoolType", "ExecutionContextAllocationStrategy", "Runtime", "ICudaEngine",
-                 "IExecutionContext"):
+                 "BuilderFlag", "MemoryPoolType", "ProfilingVerbosity", "ExecutionContextAllocationStrategy", "Runtime",
+                 "ICudaEngine", "IExecutionContext"):
         setattr(trt, name, getattr(this, name))
     for name in ("OnnxParser", "Builder", "IHostMemory"):
         setattr(trt, name, getattr(build, name))

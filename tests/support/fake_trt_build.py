@@ -14,6 +14,10 @@ Building (`OnnxParser`, `Builder`):
   for INT4 blocks other than 64 or 128 rows (Working with Quantized Types); for a precision flag on
   a strongly typed network (NvInfer.h kSTRONGLY_TYPED: "Setting layer precision and layer output
   types is not allowed");
+- auxiliary streams: `max_aux_streams` is -1 unless set (TensorRT picks how many); an engine built
+  with any recorded them (`aux_streams`) and its activation figure is doubled: NvInfer.h
+  setMaxAuxStreams, "Using more auxiliary leads to more memory usage at runtime since some
+  activation memory blocks will not be able to be reused";
 - it warns (TensorRT builds them) about INT4 weights with fp32 scales in a strongly typed network
   ("output data type is inferred from scale data type": an fp32 GEMM), and about fp32 products
   built with TF32 on (BuilderFlag::kTF32 "Enabled by default": their inputs are rounded to 10-bit
@@ -33,7 +37,7 @@ import struct
 import numpy as np
 import onnx
 import onnxruntime as ort
-from support.fake_trt import MAGIC, BuilderFlag, Logger, MemoryPoolType, NetworkDefinitionCreationFlag
+from support.fake_trt import MAGIC, BuilderFlag, Logger, MemoryPoolType, NetworkDefinitionCreationFlag, ProfilingVerbosity
 
 PLAN_PADDING = 0
 """Bytes of stand-in engine data a built plan carries (a test sets it to make a large plan)."""
@@ -221,6 +225,9 @@ class _Config:
         self.flags: set = {BuilderFlag.TF32}  # NvInfer.h BuilderFlag::kTF32: "Enabled by default."
         self.profiles: list[_Profile] = []
         self.pools: dict = {}
+        self.profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY  # NvInferRuntime.h: the default
+        self.max_aux_streams = -1  # TensorRT chooses; NvInfer.h setMaxAuxStreams: "Set this to 0 to enforce
+        # single-stream inference"
 
     def set_flag(self, flag: BuilderFlag) -> None:
         self.flags.add(flag)
@@ -271,8 +278,12 @@ class Builder:
         if tf32 and any(n.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose") for n in model.graph.node):
             self.logger.log(Logger.WARNING, "TF32 is enabled: fp32 products may round their inputs to 10-bit mantissas")
         profiles = [p.shapes for p in config.profiles] or [{}]
-        spec = json.dumps({"onnx": network.onnx_path, "profiles": profiles,
-                           "activation_bytes": _activation_bytes(network.onnx_path, profiles),
+        activations = _activation_bytes(network.onnx_path, profiles)
+        if config.max_aux_streams != 0:  # "some activation memory blocks will not be able to be reused"
+            activations = [2 * a for a in activations]
+        spec = json.dumps({"onnx": network.onnx_path, "profiles": profiles, "aux_streams": config.max_aux_streams,
+                           "profiling_verbosity": config.profiling_verbosity.name,
+                           "activation_bytes": activations,
                            "strongly_typed": network.strongly_typed, "tf32": tf32,
                            "fp32_int4_products": fp32_int4}).encode()
         data = np.zeros(len(MAGIC) + 8 + len(spec) + PLAN_PADDING, np.uint8)

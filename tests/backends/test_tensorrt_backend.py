@@ -486,9 +486,11 @@ def test_an_fp16_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact
 
 
 def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_artifact, tmp_path):
-    """An int4 twin in the Jetson form is built as strongly typed networks whose INT4 products are all
-    fp16 GEMMs, and serves a synthesis; fp32 is not strongly typed; a cpu-form twin is refused before
-    anything is built, saying why."""
+    """An int4 twin in the Jetson form (the form users deploy) is built as strongly typed networks whose
+    INT4 products are all fp16 GEMMs, and synthesizes what ONNX Runtime does on the same artifact, frame
+    for frame; fp32 is not strongly typed; a cpu-form twin is refused before anything is built, saying
+    why."""
+    from edged.backends import make_backend
     from engines.quantize import quantize_artifact
     from engines.tensorrt import build_plans
 
@@ -505,13 +507,18 @@ def test_a_quantized_artifact_is_built_strongly_typed_and_runs(trt, builtin_arti
     with pytest.raises(SystemExit, match="TensorRT 10.3 cannot build this artifact: its int4 weights are in the cpu form"):
         build_plans(cpu)
     assert not list(cpu.glob("*.plan"))
+    requests = [SpeechRequest("q", "Four-bit weights.", sampling=Sampling.greedy(), max_frames=12),
+                SpeechRequest("r", "And a second one, sampled.", voice="eric", sampling=Sampling(seed=3), max_frames=9)]
+    want = Synthesizer(load_artifact(int4), make_backend("onnxruntime", threads=1)).synthesize(requests)
     backend = trt.TrtBackend()
     try:
-        got = Synthesizer(load_artifact(int4), backend).synthesize(
-            [SpeechRequest("q", "Four-bit weights.", sampling=Sampling.greedy(), max_frames=12)])[0]
+        got = Synthesizer(load_artifact(int4), backend).synthesize(requests)
     finally:
         backend.close()
-    assert got.frames.shape[0] == 12 and np.isfinite(got.pcm).all()
+    for w, g in zip(want, got):
+        assert len(g.frames) == w.report["frames"] > 0 and np.array_equal(w.frames, g.frames), w.id
+        # an fp16 vocoder, whose sums the double's ONNX Runtime threads round otherwise: 67 dB measured
+        assert 10 * np.log10(np.sum(w.pcm ** 2) / max(np.sum((w.pcm - g.pcm) ** 2), 1e-30)) > 50, w.id
 
 
 def test_plans_refuse_an_int8_artifact_with_the_reason_and_a_failed_build_is_an_error(trt, builtin_artifact, tmp_path,

@@ -39,6 +39,14 @@ def test_synth_with_a_reference_on_tensorrt_clones_on_onnx_runtime(monkeypatch, 
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
+    cpu = subprocess.run([sys.executable, "-m", "edged", "synth", "--artifact", str(art), "--backend", "onnxruntime",
+                          "--text", "Cloned on the side.", "--ref-audio", str(tmp_path / "ref.wav"), "--ref-text",
+                          "the reference", "--greedy", "--max-frames", "6", "--out", str(tmp_path / "cpu.wav")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert cpu.returncode == 0, cpu.stderr
     pcm, rate = read_wav(tmp_path / "out.wav")
-    assert rate == 24000 and len(pcm) > 0 and report["frames"] == 6, report
+    want, _ = read_wav(tmp_path / "cpu.wav")
+    assert rate == 24000 and report["frames"] == 6 == json.loads(cpu.stdout.splitlines()[-1])["frames"], report
+    # the same clone, the same greedy frames: the same audio as ONNX Runtime's, sample for sample (16-bit WAV)
+    assert len(pcm) == len(want) > 0 and np.abs(pcm - want).max() <= 2 / 32768
 

@@ -6,6 +6,7 @@ the drop-in that runs the soak under the installed edged.service, verified with 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -87,3 +88,29 @@ def test_the_service_soak_drop_in_verifies_with_the_installed_unit(tmp_path):
     cfg = load_config(tmp_path / "edged.toml")
     assert cfg.daemon.backend == "tensorrt" and cfg.daemon.insecure_tcp and cfg.audio.device == "none"
     assert cfg.daemon.artifact == str(validate_service.PLACE / "artifact")
+
+
+def test_the_int4_rows_through_the_doubles(trt, builtin_artifact, tmp_path):
+    """The int4 rows read real plans: their sizes (the doubles' plans hold the weights as TensorRT
+    keeps them, INT4 packed), the inspector's layers (the double fuses nothing, so its INT4
+    DequantizeLinear layers stand alone: the row fails, naming one) and the talker's ms per frame."""
+    from engines.fp16 import convert_artifact
+    from engines.quantize import quantize_artifact
+    from engines.tensorrt import build_plans
+
+    fp16, int4 = tmp_path / "fp16", tmp_path / "int4"
+    convert_artifact(builtin_artifact, fp16)
+    quantize_artifact(builtin_artifact, int4, "int4", "jetson", block=64)
+    build_plans(fp16)
+    build_plans(int4)
+    summary = validate_jetson.Summary()
+    validate_jetson.int4_plans(fp16, int4, "tensorrt", summary)
+    rows = {check: (verdict, detail) for check, verdict, detail in summary.rows}
+    size = rows["int4 plan size"]
+    ratio = float(size[1].split("(")[1].split(";")[0])
+    assert size[0] == ("PASS" if ratio <= validate_jetson.INT4_SIZE else "FAIL") and ratio < 1, size
+    gemms = rows["int4 GEMMs (engine inspector)"]
+    assert gemms[0] == "FAIL" and re.match(r"\d+ layers; 0 GEMM layers take INT4 weights; \d+ layers dequantize INT4 "
+                                           r"on their own \(e\.g\. talker\.", gemms[1]), gemms
+    assert (int4 / "talker.layers.json").is_file()
+    assert re.fullmatch(r"talker [\d.]+ ms per frame at int4, [\d.]+ ms at fp16 \(no worse\)", rows["int4 talker speed"][1])

@@ -230,8 +230,44 @@ class ICudaEngine:
     def device_memory_size_v2(self) -> int:
         return max(self.get_device_memory_size_for_profile_v2(p) for p in range(len(self.profiles)))
 
+    def create_engine_inspector(self) -> EngineInspector:
+        return EngineInspector(self)
+
     def create_execution_context(self, strategy=ExecutionContextAllocationStrategy.STATIC) -> IExecutionContext:
         return IExecutionContext(self, ExecutionContextAllocationStrategy(int(strategy)))
+
+
+class LayerInformationFormat(enum.Enum):
+    ONELINE = 0
+    JSON = 1
+
+
+DATATYPES = {1: "Float", 10: "Half", 22: "Int4", 3: "Int8", 7: "Int64", 6: "Int32", 9: "Bool"}
+"""ONNX TensorProto types as the inspector names them (trt-engine-explorer reads "Int4", "Half", ...)."""
+
+
+class EngineInspector:
+    """`create_engine_inspector()`: with a DETAILED plan, one layer per ONNX node, as built (no layer is
+    fused: a DequantizeLinear of INT4 weights stays a layer of its own, which is what an engine that did
+    not fuse it would show); a LAYER_NAMES_ONLY plan lists names only (NvInferRuntime.h, kDETAILED:
+    "layer names and layer parameters")."""
+
+    def __init__(self, engine: ICudaEngine) -> None:
+        self.engine = engine
+
+    def get_engine_information(self, fmt: LayerInformationFormat) -> str:
+        import onnx
+
+        model = onnx.load(self.engine.onnx, load_external_data=False)
+        if self.engine.profiling_verbosity is not ProfilingVerbosity.DETAILED:
+            return json.dumps({"Layers": [n.name for n in model.graph.node]})
+        inits = {i.name: DATATYPES.get(i.data_type, "Float") for i in model.graph.initializer}
+        layers = [{"Name": n.name, "LayerType": n.op_type,
+                   "Inputs": [{"Name": x, "Format/Datatype": f"Row major linear {inits.get(x, 'Float')} format"}
+                              for x in n.input if x],
+                   "Outputs": [{"Name": y, "Format/Datatype": "Row major linear Float format"} for y in n.output]}
+                  for n in model.graph.node]
+        return json.dumps({"Layers": layers})
 
 
 class IExecutionContext:
@@ -373,7 +409,7 @@ def install(monkeypatch) -> types.SimpleNamespace:
     trt = types.ModuleType("tensorrt")
     for name in ("__version__", "DataType", "nptype", "TensorIOMode", "Logger", "NetworkDefinitionCreationFlag",
                  "BuilderFlag", "MemoryPoolType", "ProfilingVerbosity", "ExecutionContextAllocationStrategy", "Runtime",
-                 "ICudaEngine", "IExecutionContext"):
+                 "ICudaEngine", "IExecutionContext", "LayerInformationFormat"):
         setattr(trt, name, getattr(this, name))
     for name in ("OnnxParser", "Builder", "IHostMemory"):
         setattr(trt, name, getattr(build, name))

@@ -22,8 +22,9 @@ Building (`OnnxParser`, `Builder`):
   ("output data type is inferred from scale data type": an fp32 GEMM), and about fp32 products
   built with TF32 on (BuilderFlag::kTF32 "Enabled by default": their inputs are rounded to 10-bit
   mantissas); the engine keeps `tf32` and `fp32_int4_products`, so a test sees both;
-- `build_serialized_network` returns an IHostMemory (a buffer; PLAN_PADDING bytes of engine stand in
-  for the weights when a test wants a large plan) recording, per profile, the activation memory the
+- `build_serialized_network` returns an IHostMemory (a buffer: the engine's facts, then bytes that
+  stand in for the weights as TensorRT keeps them, INT4 packed at half a byte, or PLAN_PADDING bytes
+  when a test wants a large plan) recording, per profile, the activation memory the
   engine will ask for (`_activation_bytes`): not TensorRT's figure, but one taken from the graph's
   own intermediate tensors at the profile's largest shapes, so a block sized from it is tested
   against what the graph needs.
@@ -286,7 +287,7 @@ class Builder:
                            "activation_bytes": activations,
                            "strongly_typed": network.strongly_typed, "tf32": tf32,
                            "fp32_int4_products": fp32_int4}).encode()
-        data = np.zeros(len(MAGIC) + 8 + len(spec) + PLAN_PADDING, np.uint8)
+        data = np.zeros(len(MAGIC) + 8 + len(spec) + (PLAN_PADDING or _weight_bytes(model)), np.uint8)
         data[:len(MAGIC) + 8 + len(spec)] = np.frombuffer(MAGIC + struct.pack("<Q", len(spec)) + spec, np.uint8)
         return data.view(IHostMemory)
 
@@ -353,6 +354,15 @@ def _activation_bytes(onnx_path: str, profiles: list[dict]) -> list[int]:
             live -= sum(nbytes[o] for o in node.output if o in nbytes and o not in last_use)
         sizes.append(-(-max(peak, 1) // 256) * 256)
     return sizes
+
+
+WEIGHT_BYTES = {onnx.TensorProto.INT4: 0.5, onnx.TensorProto.INT8: 1, onnx.TensorProto.FLOAT16: 2,
+                onnx.TensorProto.FLOAT: 4, onnx.TensorProto.INT64: 8, onnx.TensorProto.INT32: 4}
+
+
+def _weight_bytes(model: onnx.ModelProto) -> int:
+    """What an engine holds of the graph's weights, in the types TensorRT keeps them (INT4 packed)."""
+    return int(sum(np.prod(i.dims, dtype=np.int64) * WEIGHT_BYTES.get(i.data_type, 4) for i in model.graph.initializer))
 
 
 def _fp32_scaled_int4(model: onnx.ModelProto) -> int:

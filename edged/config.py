@@ -176,6 +176,10 @@ class AudioConfig:
     reopen_min_ms: int = 500
     """First delay before reopening a lost (or missing) device; doubles up to reopen_max_ms."""
     reopen_max_ms: int = 30000
+    realtime_priority: int = 5
+    """SCHED_FIFO priority the audio threads ask for (the speaker's feeder, the listener, PortAudio's
+    callbacks): 1-99, below the audio server's own (JACK's default 10); refused, they ask for nice -10
+    (edged/audio/scheduling.py). 0: ask for nothing. The unit allows up to 10 (LimitRTPRIO=10)."""
 
 
 @dataclass(frozen=True)
@@ -417,6 +421,8 @@ def _validate(config, source: str) -> None:
                 raise ConfigError(f"{source}: audio.{name} must be >= 1")
         if config.latency_ms < 0:
             raise ConfigError(f"{source}: audio.latency_ms must be >= 0")
+        if not 0 <= config.realtime_priority <= 99:
+            raise ConfigError(f"{source}: audio.realtime_priority must be 0 (off) to 99")
     if isinstance(config, VoicesConfig):
         if config.max_voices < 0:
             raise ConfigError(f"{source}: voices.max_voices must be >= 0")

@@ -28,6 +28,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from edged.artifact import load_artifact
 from edged.audio.listener import Listener
 from edged.audio.portaudio import missing
+from edged.audio.scheduling import audio_threads
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
 from edged.clone import VoiceEncoder, can_clone
@@ -204,6 +205,23 @@ class Daemon:
             self.speaker.start()
         if self.listener is not None:
             self.listener.start()
+        self._log_scheduling()
+
+    def _log_scheduling(self, wait_s: float = 1.0) -> None:
+        """One line: what each audio thread got of `audio.realtime_priority` (each asks as it starts;
+        a callback at its first call): waited for up to `wait_s`, a thread not yet running says so."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            threads = audio_threads(self.speaker, self.listener)
+            if all(g is not None for g in threads.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if threads:
+            asked = self.config.audio.realtime_priority
+            log.info("audio threads (asked: %s): %s",
+                     f"SCHED_FIFO {asked}" if asked else "nothing, audio.realtime_priority = 0",
+                     "; ".join(f"{name} {g.line() if g is not None else 'not running yet'}"
+                               for name, g in threads.items()))
 
     # ----------------------------------------------------------------------------- serve + drain
 

@@ -22,10 +22,11 @@ import numpy as np
 
 from edged.audio.echo import EchoCanceller
 from edged.audio.portaudio import close_stream, device_arg, open_error, sounddevice
+from edged.audio.scheduling import Granted, as_json, raise_this_thread
 from edged.audio.speaker import Speaker
 from edged.audio.tap import Tap
 from edged.audio.vad import SpeechGate, Vad
-from edged.audio.watch import Backoff, Stall
+from edged.audio.watch import Backoff, Lag, Stall
 from edged.config import AudioConfig, VadConfig
 from edged.server.events import Events
 
@@ -60,7 +61,8 @@ def near_end_met(near: np.ndarray, heard_blocks: int) -> bool:
 class Microphone:
     """A sounddevice InputStream (float32 mono) whose callback only records into `tap`."""
 
-    def __init__(self, device: int | str | None, rate: int | None, blocksize: int, latency: float | str) -> None:
+    def __init__(self, device: int | str | None, rate: int | None, blocksize: int, latency: float | str,
+                 realtime_priority: int = 0) -> None:
         sd = sounddevice()
         info = sd.query_devices(device, kind="input")
         self.device_name = str(info["name"])
@@ -74,12 +76,17 @@ class Microphone:
         self.tap = Tap(self.rate, MIC_SECONDS)
         self.callbacks = 0
         self.overflows = 0
+        self.realtime_priority = realtime_priority
+        self.scheduling: Granted | None = None
+        """What the callback's thread runs with (set at its first call)."""
         self._stream = sd.InputStream(device=device, samplerate=self.rate, channels=1, dtype="float32",
                                       blocksize=blocksize, latency=latency, callback=self._callback)
         self.latency_s = float(self._stream.latency)
         self._stream.start()
 
     def _callback(self, indata, frames, time_info, status) -> None:
+        if self.scheduling is None:  # the first call, on the thread PortAudio runs every call on
+            self.scheduling = raise_this_thread(self.realtime_priority, keep_real_time=True)
         if status.input_overflow:
             self.overflows += 1
         self.tap.record(indata[:, 0])
@@ -113,6 +120,10 @@ class Listener:
         """Blocks processed in a row while a reply was heard: the near-end share counts only once its
         whole window lies in them (at a reply's first blocks it would still hold the pause's silence)."""
         self.overruns = 0
+        self.lag = Lag()
+        """How far the listener runs behind the microphone (captured audio not yet processed)."""
+        self.scheduling: Granted | None = None
+        """What the listener's thread runs with (set when it starts)."""
         self._lock = threading.Lock()
         """Held while the stream is opened, closed or read (the speaker's rescan closes it too)."""
         self._closing = threading.Event()
@@ -142,7 +153,8 @@ class Listener:
             rate = playback.device_rate if playback is not None else None
             try:
                 mic = Microphone(device_arg(self.cfg.input_device), rate, self.cfg.blocksize,
-                                 self.cfg.latency_ms / 1000 if self.cfg.latency_ms else "low")
+                                 self.cfg.latency_ms / 1000 if self.cfg.latency_ms else "low",
+                                 self.cfg.realtime_priority)
             except Exception as exc:
                 why = open_error("input", self.cfg.input_device, exc)
                 if why != self.error:
@@ -207,6 +219,7 @@ class Listener:
     # ----------------------------------------------------------------------------- the thread
 
     def _run(self) -> None:
+        self.scheduling = raise_this_thread(self.cfg.realtime_priority)
         while not self._closing.wait(0.005):
             if self.mic is None:
                 if not self._held and self._backoff.due(time.monotonic()):
@@ -223,6 +236,7 @@ class Listener:
 
     def _block(self, mic: Microphone) -> None:
         behind = mic.tap.written - self.index
+        self.lag.note(behind * 1000 / mic.rate, time.monotonic())
         if behind > mic.tap.capacity // 2:  # fell behind: skip to the newest audio
             self.overruns += 1
             self.index = mic.tap.written - self.block
@@ -319,7 +333,11 @@ class Listener:
         out: dict[str, Any] = {"state": self.state, "configured": self.cfg.input_device or "(default)",
                                "barge_in": self.cfg.barge_in, "speech_starts": self.speech_starts,
                                "barge_ins": self.barge_ins, "echo_refusals": self.echo_refusals,
-                               "speaking": self.gate.speaking, "overruns": self.overruns}
+                               "speaking": self.gate.speaking, "overruns": self.overruns,
+                               "behind_ms": round(self.lag.now_ms, 1),
+                               "behind_max_ms": round(self.lag.max_ms(time.monotonic()), 1),
+                               "scheduling": {"listener": as_json(self.scheduling),
+                                              "callback": as_json(mic.scheduling if mic is not None else None)}}
         if self.error and self.state != "open":
             out["error"] = self.error
         if mic is not None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from edged.audio.portaudio import close_stream, sounddevice
 from edged.audio.ring import PcmRing
+from edged.audio.scheduling import Granted, raise_this_thread
 from edged.audio.tap import Tap
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,13 @@ class Playback:
     ring_seconds: ring capacity; bounds how far generation may run ahead of the speaker.
     tap_seconds: > 0 keeps that much of what was sent to the DAC in `tap` (the echo canceller's
     reference).
+    realtime_priority: what the callback's thread asks for at its first call (edged/audio/
+    scheduling.py; 0: nothing); `scheduling` is what it got.
     """
 
     def __init__(self, device: str | int | None = None, sample_rate: int = 24000, blocksize: int = 0,
-                 latency: float | str = "low", ring_seconds: float = 4.0, tap_seconds: float = 0.0) -> None:
+                 latency: float | str = "low", ring_seconds: float = 4.0, tap_seconds: float = 0.0,
+                 realtime_priority: int = 0) -> None:
         sd = sounddevice()  # here, not at import: PortAudio enumerates devices when loaded
 
         self.sample_rate = int(sample_rate)
@@ -136,6 +140,9 @@ class Playback:
         """Begun replies not yet fully in the ring, in admission order; [0] is being written."""
         self._seq = 0
         self._closed = False
+        self.realtime_priority = realtime_priority
+        self.scheduling: Granted | None = None
+        """What the callback's thread runs with (set at its first call)."""
 
         self._stream = sd.OutputStream(device=device, samplerate=self.device_rate, channels=1, dtype="float32",
                                        blocksize=blocksize, latency=latency, callback=self._callback)
@@ -149,6 +156,8 @@ class Playback:
 
     def _callback(self, outdata, frames, time_info, status) -> None:
         t0 = time.perf_counter()
+        if self.scheduling is None:  # the first call, on the thread PortAudio runs every call on
+            self.scheduling = raise_this_thread(self.realtime_priority, keep_real_time=True)
         if status.output_underflow:
             self.xruns += 1
         out = outdata[:, 0]

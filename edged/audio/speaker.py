@@ -32,6 +32,7 @@ import numpy as np
 from edged.audio.playback import Playback
 from edged.audio.portaudio import device_arg, open_error, rescan
 from edged.audio.ring import PcmRing
+from edged.audio.scheduling import Granted, as_json, raise_this_thread
 from edged.audio.watch import Backoff, Stall
 from edged.config import AudioConfig
 from edged.server.events import Events
@@ -100,6 +101,8 @@ class Speaker:
         """Called before PortAudio rescans (close other streams); after it, `after_rescan`."""
         self.after_rescan: Callable[[], None] = lambda: None
         self._thread = threading.Thread(target=self._run, name="edged-speaker", daemon=True)
+        self.scheduling: Granted | None = None
+        """What the feeder's thread runs with (set when it starts)."""
 
     @property
     def claimed_bytes(self) -> int:
@@ -122,7 +125,8 @@ class Speaker:
         try:
             playback = Playback(device_arg(self.cfg.device), self.sample_rate, blocksize=self.cfg.blocksize,
                                 latency=self.cfg.latency_ms / 1000 if self.cfg.latency_ms else "low",
-                                ring_seconds=self.cfg.ring_ms / 1000, tap_seconds=self.tap_seconds)
+                                ring_seconds=self.cfg.ring_ms / 1000, tap_seconds=self.tap_seconds,
+                                realtime_priority=self.cfg.realtime_priority)
         except Exception as exc:  # no such device, device busy, no PortAudio devices at all
             self._schedule_reopen(open_error("output", self.cfg.device, exc))
             if rescan_first:
@@ -213,6 +217,7 @@ class Speaker:
     # ----------------------------------------------------------------------------- the feeder thread
 
     def _run(self) -> None:
+        self.scheduling = raise_this_thread(self.cfg.realtime_priority)
         while not self._closing.is_set():
             self._wake.wait(TICK_S)
             self._wake.clear()
@@ -307,6 +312,8 @@ class Speaker:
             out["error"] = self.error
         if playback is not None:
             out.update(playback.status())
+        out["scheduling"] = {"feeder": as_json(self.scheduling),
+                             "callback": as_json(playback.scheduling if playback is not None else None)}
         return out
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 """What the speaker and the microphone share about a stream's life: noticing that its callback has
-stopped (the device is lost), and retrying a device with a doubling backoff."""
+stopped (the device is lost), retrying a device with a doubling backoff, and how far behind the
+device a thread runs (`Lag`)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ class Backoff:
     def now(self) -> None:
         """Try at the next chance (the delay is kept)."""
         self.next_try = 0.0
+
+
+class Lag:
+    """How far behind the audio a thread runs: the latest figure and the most over the last
+    `window_s` seconds (one slot per second, written in place: nothing is allocated per note)."""
+
+    def __init__(self, window_s: int = 10) -> None:
+        self.most = [0.0] * window_s
+        self.second = [-1] * window_s
+        self.now_ms = 0.0
+
+    def note(self, ms: float, now: float) -> None:
+        second = int(now)
+        i = second % len(self.most)
+        if self.second[i] != second:
+            self.second[i], self.most[i] = second, 0.0
+        if ms > self.most[i]:
+            self.most[i] = ms
+        self.now_ms = ms
+
+    def max_ms(self, now: float) -> float:
+        recent = int(now) - len(self.most)
+        return max((m for m, s in zip(self.most, self.second) if s > recent), default=0.0)

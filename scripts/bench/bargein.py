@@ -3,6 +3,14 @@ and through a wire.
 
     .venv/bin/python scripts/bench/bargein.py [--room-runs 4] [--wire-runs 8] [--only room wire]
         [--alone-runs 6] [--voices speech babble] [--rooms 0.5 0.25] [--users 5dB-3s 10dB-3s 5dB-start]
+        [--load idle|one|two|two+memory|heavy] [--no-realtime]
+
+Load (tests/support/load.py), started once the daemon and the room are up, at the default priority:
+`one` / `two` spinning processes, `two+memory` two spinning and two memory-bound (LLM-like), `heavy`
+eight spinning and two memory-bound. By default jackd runs real-time (-R) and the daemon's audio
+threads ask for SCHED_FIFO (audio.realtime_priority 5); `--no-realtime`: neither (jackd
+--no-realtime, audio.realtime_priority = 0). Each row also reports the daemon's speaker underruns
+and the listener's largest lag (`status.audio.input.behind_max_ms`) over it.
 
 Room (tests/support/room_rig.py, as tests/audio/test_room.py): the daemon's output goes through a
 room into its own microphone (6.7 cm from the loudspeaker, reverberation 0.25 and 0.5 s, a mildly
@@ -45,6 +53,8 @@ sys.path[:0] = [str(ROOT / "tests")]
 RATE, PERIOD = 24000, 256
 ROOM_SEEDS = {0.5: 1, 0.25: 2}
 USERS = {"5dB-3s": (5, "3 s in"), "10dB-3s": (10, "3 s in"), "5dB-start": (5, "at the start")}
+LOADS = {"idle": (0, 0), "one": (1, 0), "two": (2, 0), "two+memory": (2, 2), "heavy": (8, 2)}
+"""--load: (spinning processes, memory-bound processes)."""
 """The user cases: dB below the echo, and when in the reply the user starts."""
 VOICES = ["en-us", "en-gb", "en-us+f3", "de", "fr", "en-us+m3"]
 PHRASES = ["Stop! Please stop talking now.", "Wait a moment.", "No, that is not what I asked.",
@@ -72,6 +82,7 @@ def percentiles(voice: str, ms: list[float]) -> None:
 
 
 def rooms(args, name: str, tmp: Path) -> None:
+    from support.load import Load
     from support.patchbay import audio_rig, espeak, quiet, wait_recorded
     from support.room import FORECAST, Room, active_rms, at_voice_level
     from support.room_rig import RoomRig
@@ -83,7 +94,11 @@ def rooms(args, name: str, tmp: Path) -> None:
         if voice == "speech":
             path = tmp / "voice.npy"
             np.save(path, at_voice_level(espeak(FORECAST, tmp)))
-        with audio_rig(name, tmp / voice, "lost_after_ms = 5000\n", voice=path) as (daemon, bay, sub, client, _):
+        config = "lost_after_ms = 5000\n" + ("" if args.realtime else "realtime_priority = 0\n")
+        with audio_rig(name, tmp / voice, config, voice=path) as (daemon, bay, sub, client, _), \
+                Load(*LOADS[args.load]) as load:
+            print(f"load: {load.describe()}; real time: {'jackd -R, audio threads SCHED_FIFO' if args.realtime else 'none'}"
+                  f" ({client.status()['audio']['output']['scheduling']['feeder']})", flush=True)
             audio = client.status()["audio"]
             latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
             rig = None
@@ -102,22 +117,25 @@ def rooms(args, name: str, tmp: Path) -> None:
                         rig.move()
                     quiet(client, rig)
                     sub.clear()
-                    xruns = bay.xruns
+                    xruns, underruns = bay.xruns, client.status()["audio"]["output"]["underruns"]
                     done = client.speak(REPLY, max_audio_ms=10000).wait()
-                    status = client.status()["audio"]["input"]
+                    status = client.status()["audio"]
                     alone.append({"cut_itself": float(done.reason == "interrupted"),
                                   "false_vad_starts": float(len([e for e in sub.of("vad") if e["state"] == "start"])),
-                                  "erle_db": status["echo_erle_db"], "xruns": float(bay.xruns - xruns)})
+                                  "erle_db": status["input"]["echo_erle_db"], "xruns": float(bay.xruns - xruns),
+                                  "underruns": float(status["output"]["underruns"] - underruns),
+                                  "lag_max_ms": status["input"]["behind_max_ms"]})
                     label = "first in the room" if run == 0 else "first after a move" if run == 1 else "again"
                     print(f"{voice} rt60 {rt60} reply {run} ({label}): {done.reason}, {alone[-1]}", flush=True)
                 summary(f"{voice}, rt60 {rt60}, replies alone (10 s)", alone,
-                        ["cut_itself", "false_vad_starts", "erle_db", "xruns"])
+                        ["cut_itself", "false_vad_starts", "erle_db", "xruns", "underruns", "lag_max_ms"])
                 for below, when in (USERS[case] for case in args.users):
                     users: list[dict[str, float]] = []
                     for run in range(args.room_runs):
                         user = espeak(PHRASES[run % len(PHRASES)], tmp, VOICES[run % len(VOICES)])
                         quiet(client, rig)
                         mark, xruns = bay.mark(), bay.xruns
+                        underruns = client.status()["audio"]["output"]["underruns"]
                         utt = client.speak(REPLY, max_audio_ms=8000)
                         into = rng.uniform(2.5, 3.5) if when == "3 s in" else rng.uniform(0.1, 0.3)
                         start = wait_recorded(bay, mark, int(into * RATE))
@@ -127,14 +145,17 @@ def rooms(args, name: str, tmp: Path) -> None:
                         time.sleep(1.2)
                         end = start + int(np.flatnonzero(bay.rec[start:bay.pos])[-1]) + 1
                         silent = bay.frame_of(end - 1) + 1 + rig.latency
+                        status = client.status()["audio"]
                         users.append({"interrupted": float(done.reason == "interrupted"),
                                       "onset_to_silence_ms": (silent - rig.voice_frame - onset) / RATE * 1000,
-                                      "xruns": float(bay.xruns - xruns)})
+                                      "xruns": float(bay.xruns - xruns),
+                                      "underruns": float(status["output"]["underruns"] - underruns),
+                                      "lag_max_ms": status["input"]["behind_max_ms"]})
                         print(f"{voice} rt60 {rt60} user -{below} dB {when} run {run}: {users[-1]}", flush=True)
                         while rig.room.voice_pos < len(user):
                             time.sleep(0.05)
                     summary(f"{voice}, rt60 {rt60}, a user {below} dB below the echo, {when}", users,
-                            ["interrupted", "onset_to_silence_ms", "xruns"])
+                            ["interrupted", "onset_to_silence_ms", "xruns", "underruns", "lag_max_ms"])
                     pooled += [u["onset_to_silence_ms"] if u["interrupted"] else float("inf") for u in users]
             if rig is not None:
                 rig.close()
@@ -232,9 +253,12 @@ def main() -> int:
     p.add_argument("--users", nargs="+", default=list(USERS), choices=list(USERS))
     p.add_argument("--wire-runs", type=int, default=8)
     p.add_argument("--only", nargs="+", default=["room", "wire"], choices=["room", "wire"])
+    p.add_argument("--load", default="idle", choices=list(LOADS), help="processes kept busy beside the daemon (room)")
+    p.add_argument("--no-realtime", dest="realtime", action="store_false",
+                   help="jackd without -R and the daemon's audio threads at normal priority")
     args = p.parse_args()
     print("\n".join(machine()), flush=True)
-    jackd = start_jack("edged-bench")
+    jackd = start_jack("edged-bench", realtime=args.realtime)
     name = os.environ["JACK_DEFAULT_SERVER"]
     try:
         for mode in args.only:

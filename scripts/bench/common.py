@@ -491,15 +491,16 @@ def stop_jack(jackd: subprocess.Popen) -> None:
     jackd.wait(10)
 
 
-def start_jack(prefix: str) -> subprocess.Popen:
+def start_jack(prefix: str, realtime: bool = False) -> subprocess.Popen:
     """A JACK server on the dummy backend (24 kHz, 256-frame periods) under a fresh name, which the
-    daemon's PortAudio and the tests' JACK clients then use (JACK_DEFAULT_SERVER)."""
+    daemon's PortAudio and the tests' JACK clients then use (JACK_DEFAULT_SERVER); `realtime`: jackd
+    -R (it and its clients' process threads SCHED_FIFO)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from support import jackd as jack_servers
 
     name = f"{prefix}-{os.urandom(3).hex()}"
     os.environ.update(JACK_DEFAULT_SERVER=name, JACK_NO_AUDIO_RESERVATION="1", JACK_NO_START_SERVER="1")
     jack_servers.clear_stale_state()
-    jackd = jack_servers.start(name, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    jackd = jack_servers.start(name, realtime=realtime, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.5)
     return jackd

@@ -30,16 +30,16 @@ class Setup:
 
 
 @contextmanager
-def speaking_room(server: str, tmp: Path, room: Room, user: str, *, seconds: float | None = None,
+def speaking_room(server: str, tmp: Path, room: Room, user: str, *, seconds: float | None = None, audio: str = "",
                   **rig: float) -> Iterator[Setup]:
     """A daemon booted with espeak-ng speech of FORECAST as its voice (looped to `seconds` of it when
     given: the stand-in plays its recording once from each reply's start), in `room` on JACK server
     `server`, through a RoomRig told the latency the daemon reports (`rig`: its other arguments), and
-    `user` (espeak-ng en-us+f2) ready to speak over it."""
+    `user` (espeak-ng en-us+f2) ready to speak over it. `audio`: more [audio] config lines."""
     speech = at_voice_level(espeak(FORECAST, tmp))
     voice = tmp / "voice.npy"
     np.save(voice, speech if seconds is None else np.resize(speech, int(seconds * RATE)))
-    with audio_rig(server, tmp, "lost_after_ms = 5000\n", voice=voice) as (daemon, bay, sub, client, _):
+    with audio_rig(server, tmp, "lost_after_ms = 5000\n" + audio, voice=voice) as (daemon, bay, sub, client, _):
         audio = client.status()["audio"]
         latency = round((audio["output"]["dac_latency_ms"] + audio["input"]["latency_ms"]) * RATE / 1000)
         if "echo_late" in rig:  # the echo this many samples later than the latency reported

@@ -27,8 +27,15 @@ def clear_stale_state() -> None:
             path.unlink(missing_ok=True)
 
 
-def start(name: str, rate: int = 24000, period: int = 256, **popen) -> subprocess.Popen:
-    """jackd -n NAME with the dummy backend (real-time paced, no hardware, no realtime priority; a
-    generous client timeout so a busy machine does not kick clients)."""
-    return subprocess.Popen(["jackd", "-n", name, "--no-realtime", "-t", "5000", "-d", "dummy", "-r", str(rate),
+REALTIME_PRIORITY = 70
+"""jackd -P with real time on: its own thread's priority; its clients' process threads run just below
+(above the daemon's audio.realtime_priority, as an audio server's are)."""
+
+
+def start(name: str, rate: int = 24000, period: int = 256, realtime: bool = False, **popen) -> subprocess.Popen:
+    """jackd -n NAME with the dummy backend (real-time paced, no hardware; a generous client timeout
+    so a busy machine does not kick clients); without real-time priority unless `realtime` (the load
+    rig: then the server and every client's process thread run SCHED_FIFO)."""
+    priority = ["-R", "-P", str(REALTIME_PRIORITY)] if realtime else ["--no-realtime"]
+    return subprocess.Popen(["jackd", "-n", name, *priority, "-t", "5000", "-d", "dummy", "-r", str(rate),
                              "-p", str(period)], **popen)

@@ -9,8 +9,9 @@ Load (tests/support/load.py), started once the daemon and the room are up, at th
 `one` / `two` spinning processes, `two+memory` two spinning and two memory-bound (LLM-like), `heavy`
 eight spinning and two memory-bound. By default jackd runs real-time (-R) and the daemon's audio
 threads ask for SCHED_FIFO (audio.realtime_priority 5); `--no-realtime`: neither (jackd
---no-realtime, audio.realtime_priority = 0). Each row also reports the daemon's speaker underruns
-and the listener's largest lag (`status.audio.input.behind_max_ms`) over it.
+--no-realtime, audio.realtime_priority = 0: how every figure in docs/dev/echo.md recorded before
+the audio threads asked for real time was taken). Each row also reports the daemon's speaker
+underruns and the listener's largest lag (`status.audio.input.behind_max_ms`) over it.
 
 Room (tests/support/room_rig.py, as tests/audio/test_room.py): the daemon's output goes through a
 room into its own microphone (6.7 cm from the loudspeaker, reverberation 0.25 and 0.5 s, a mildly

@@ -2,8 +2,8 @@
 5) and say in one log line and in `status` what each got: the speaker's feeder, PortAudio's output
 callback, the listener, PortAudio's input callback, on JACK's dummy backend (jackd without real time,
 so its callback threads are the daemon's to raise). Granted here (root, CAP_SYS_NICE); refused in a
-process without CAP_SYS_NICE and without RLIMIT_RTPRIO (no LimitRTPRIO=), where each thread names
-what was refused and why, and the daemon serves as before. `status.audio.input` reports the
+process without CAP_SYS_NICE and without RLIMIT_RTPRIO (no LimitRTPRIO=) and in a user namespace,
+where each thread names what was refused and why, and the daemon serves as before. `status.audio.input` reports the
 listener's lag (`behind_ms`, `behind_max_ms` over 10 s)."""
 
 from __future__ import annotations
@@ -56,9 +56,17 @@ def test_granted_every_audio_thread_runs_sched_fifo_and_says_so(jack_server, tmp
         daemon.close()
 
 
-@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv(1)")
-def test_refused_each_thread_names_why_and_the_daemon_serves(jack_server, tmp_path):
-    daemon = Daemon(tmp_path, config=DEVICES, wrap=("setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice"))
+REFUSING = {"no CAP_SYS_NICE": ("setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice"),
+            "a user namespace": ("unshare", "--user", "--map-root-user")}
+"""Where SCHED_FIFO is refused: a process without the capability and without RLIMIT_RTPRIO, and root
+in a user namespace (its CAP_SYS_NICE holds only there)."""
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="needs root, setpriv(1) and unshare(1)")
+@pytest.mark.parametrize("where", list(REFUSING))
+def test_refused_each_thread_names_why_and_the_daemon_serves(jack_server, tmp_path, where):
+    daemon = Daemon(tmp_path, config=DEVICES, wrap=REFUSING[where])
     try:
         got = scheduling(served(daemon))
         for thread in THREADS:

@@ -1,12 +1,12 @@
-"""The room of test_room.py on a busy machine: both cores kept busy at the default priority by
-spinning processes (support/load.py), the JACK server and its clients real-time (jackd -R: the
-audio server's own threads, and the room rig's, keep their period, so what is measured is the
-daemon), the daemon's audio threads granted SCHED_FIFO (audio.realtime_priority, as root here; the
-unit's LimitRTPRIO= on a device). It holds the idle room's bounds: a user 5 and 10 dB below the
-echo silences the reply within SILENT_WITHIN_MS of the onset; a reply of 10 s is never cut by its
-own voice; the canceller's ERLE stays above 30 dB. The listener's lag and the speaker's underruns
-are read from `status`. What it is without real time is measured by scripts/bench/bargein.py --load
-(docs/audio.md)."""
+"""The room of test_room.py on a busy machine: every core kept busy at the default priority by a
+spinning process, and two memory-bound ones beside them (support/load.py: an LLM's host side), the
+JACK server and its clients real-time (jackd -R: the audio server's own threads, and the room
+rig's, keep their period, so what is measured is the daemon), the daemon's audio threads granted
+SCHED_FIFO (audio.realtime_priority, as root here; the unit's LimitRTPRIO= on a device). It holds
+the idle room's bounds: a user 5 and 10 dB below the echo silences the reply within
+SILENT_WITHIN_MS of the onset; a reply of 10 s is never cut by its own voice; the canceller's ERLE
+stays above 30 dB. What it is without real time, and under heavier load, is measured by
+scripts/bench/bargein.py --load (docs/audio.md, "Real-time scheduling")."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def busy_room(jack_server_rt, tmp_path_factory):
         scheduling = setup.client.status()["audio"]
         granted = [scheduling["output"]["scheduling"]["feeder"], scheduling["input"]["scheduling"]["listener"]]
         assert all(g["policy"] == "fifo" for g in granted), granted
-        with Load(busy=os.cpu_count() or 2):
+        with Load(busy=os.cpu_count() or 2, memory=2):
             yield setup
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from edged.config import Config
+
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 UNIT = SYSTEMD / "edged.service"
 MISSING = "systemd-analyze missing: run scripts/install-system-deps.sh (Debian package systemd)"
@@ -54,12 +56,16 @@ def test_unit_says_what_edged_needs():
         "Type": "notify", "NotifyAccess": "main", "WatchdogSec": "10s", "Restart": "on-failure",
         "User": "edged", "Group": "edged", "SupplementaryGroups": "audio video",
         "RuntimeDirectory": "edged", "StateDirectory": "edged", "ConfigurationDirectory": "edged",
-        "LimitMEMLOCK": "infinity", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+        "LimitMEMLOCK": "infinity", "LimitRTPRIO": "10", "LimitNICE": "-10",
+        "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
         "NoNewPrivileges": "yes", "ProtectKernelTunables": "yes", "ProtectControlGroups": "yes",
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
         "ExecStart": "/opt/edged/bin/edged serve",
     }
     assert {k: service.get(k) for k in expected} == expected
+    # the audio threads' SCHED_FIFO (audio.realtime_priority's default, 5) is within LimitRTPRIO, and
+    # nothing takes real time away from the service
+    assert int(service["LimitRTPRIO"]) >= Config().audio.realtime_priority and "RestrictRealtime" not in service
     # No --config: `edged serve` reads $CONFIGURATION_DIRECTORY/edged.toml when there is one, and the
     # defaults otherwise, so a missing file cannot keep the daemon down (five exits 2, then none).
     assert "--config" not in service["ExecStart"]

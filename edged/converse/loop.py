@@ -152,9 +152,10 @@ class Converse:
             header = msgpack.unpackb(frames[1])
             kind = header.get("event")
             if kind == "vad":
-                self.turns.vad(header["state"], header["mic_sample"], while_playing=header.get("while_playing", False),
-                               near_end=header.get("near_end", True))
-                if header["state"] == "stop":
+                counted = self.turns.vad(header["state"], header["mic_sample"],
+                                         while_playing=header.get("while_playing", False),
+                                         near_end=header.get("near_end", True))
+                if counted and header["state"] == "stop":  # the end of the user's speech, not of an echo
                     self.speech_end_at = header["t"]
             elif kind == "mic" and len(frames) > 2:
                 turn = self.turns.mic(header["first_sample"], np.frombuffer(frames[2], "<i2"))

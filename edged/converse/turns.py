@@ -53,21 +53,31 @@ class TurnTaker:
         self.speech_start: int | None = None
         self.speech_end: int | None = None
         """The last VAD stop of the turn in progress (None while speech goes on)."""
+        self.speaking = False
+        """A start counted, its stop not yet."""
 
     @property
     def in_turn(self) -> bool:
         return self.speech_start is not None
 
-    def vad(self, state: str, mic_sample: int, *, while_playing: bool = False, near_end: bool = True) -> None:
-        """A `vad` event. A start over a reply that the canceller did not put above its echo is ignored."""
+    def vad(self, state: str, mic_sample: int, *, while_playing: bool = False, near_end: bool = True) -> bool:
+        """A `vad` event; whether it counted. A start over a reply that the canceller did not put above
+        its echo is the reply's own (as the daemon's gate judges it): ignored, whether it would begin a
+        turn or continue one in its end silence, and so is the stop that ends it; a stop counts only
+        after a start that did."""
         if state == "start":
+            if while_playing and not near_end:
+                return False
             if self.speech_start is None:
-                if while_playing and not near_end:
-                    return  # the reply's own echo, as the daemon's gate judges it
                 self.speech_start = mic_sample
             self.speech_end = None
-        elif state == "stop" and self.speech_start is not None:
+            self.speaking = True
+            return True
+        if state == "stop" and self.speaking and self.speech_start is not None:
             self.speech_end = max(mic_sample, self.speech_start)
+            self.speaking = False
+            return True
+        return False
 
     def mic(self, first_sample: int, pcm: np.ndarray) -> Turn | None:
         """A `mic` chunk (int16); the turn it completed, if any."""
@@ -92,4 +102,5 @@ class TurnTaker:
         idx = np.arange(start, self.end) % len(self.ring)
         turn = Turn(start, self.speech_start, self.speech_end, self.end, self.ring[idx])
         self.speech_start = self.speech_end = None
+        self.speaking = False
         return turn

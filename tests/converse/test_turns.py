@@ -1,6 +1,6 @@
 """The turn-taker (edged/converse/turns.py) on the microphone's clock: pre-roll kept, a turn ends
-only after the end silence, a start inside that silence continues it, the reply's own echo is never
-a turn, a turn that never stops is cut at its longest."""
+only after the end silence, a start inside that silence continues it (unless it is the reply's own
+echo), the reply's own echo is never a turn, a turn that never stops is cut at its longest."""
 
 from __future__ import annotations
 
@@ -71,3 +71,23 @@ def test_a_turn_that_never_stops_is_cut_at_its_longest_and_the_preroll_never_rea
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="max_turn_s > 0"):
         TurnTaker(max_turn_s=0)
+
+
+def test_the_replys_echo_in_a_turns_end_silence_neither_continues_nor_ends_it():
+    """The user stops; in their end silence a reply starts to play and the VAD starts on its echo
+    (while_playing, not near_end) and stops: the turn ends where the user stopped, decided one end
+    silence after that stop, and neither of the echo's events counted. The user speaking over the
+    reply in that silence (near_end) continues the turn."""
+    taker = TurnTaker(preroll_ms=300, end_silence_ms=600)
+    said = {ms(1000): ("start", False, False), ms(2000): ("stop", False, False)}
+    echo = {ms(2200): ("start", True, False), ms(2700): ("stop", True, False)}
+    (turn,) = feed(taker, {**said, **echo}, ms(5000))
+    assert (turn.speech_start, turn.speech_end) == (ms(1000), ms(2000))
+    assert ms(2600) <= turn.decided < ms(2600) + CHUNK
+    counted = TurnTaker()
+    assert counted.vad("start", 10, while_playing=False) and not counted.vad("start", 20, while_playing=True,
+                                                                             near_end=False)
+    assert counted.vad("stop", 30) and not counted.vad("stop", 40)  # a stop counts after a start that did
+    over = {ms(2200): ("start", True, True), ms(2700): ("stop", True, True)}
+    (turn,) = feed(TurnTaker(preroll_ms=300, end_silence_ms=600), {**said, **over}, ms(5000))
+    assert (turn.speech_start, turn.speech_end) == (ms(1000), ms(2700))

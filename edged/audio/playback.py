@@ -178,18 +178,17 @@ class Playback:
                 if self._seg_stop[slot]:  # stopped: drop its remainder (end is frozen <= written)
                     self._seg_cut[slot] = r
                     ring.discard(end - r)
+                    # what was dropped has passed the DAC once what this callback wrote before it has:
+                    # a run of no samples at the new read position (else a reply cut before any of it
+                    # played would wait for the next reply's audio to be final)
+                    self._mark(ring.read, 0, dac + pos / self.device_rate, time_info.currentTime)
                     continue
                 limit = min(limit, end - r)
             r = ring.read
             n = ring.read_into(out[pos:pos + limit])
             if n == 0:
                 break
-            i = self._tl_n % _TIMELINE
-            self._tl_ring[i] = r
-            self._tl_frames[i] = n
-            self._tl_dac[i] = dac + pos / self.device_rate
-            self._tl_now[i] = time_info.currentTime
-            self._tl_n += 1
+            self._mark(r, n, dac + pos / self.device_rate, time_info.currentTime)
             self._flowing = True
             pos += n
         if pos < frames:
@@ -430,6 +429,16 @@ class Playback:
             "callbacks": self._callbacks,
             "callback_max_ms": round(self.callback_max_s * 1000, 3),
         }
+
+    def _mark(self, ring_index: int, frames: int, dac: float, now: float) -> None:
+        """One run of the timeline (the callback's): `frames` ring samples from `ring_index` reach the
+        DAC at `dac`; written in place (the slot before `_tl_n` is bumped)."""
+        i = self._tl_n % _TIMELINE
+        self._tl_ring[i] = ring_index
+        self._tl_frames[i] = frames
+        self._tl_dac[i] = dac
+        self._tl_now[i] = now
+        self._tl_n += 1
 
     def close(self, timeout: float = 2.0) -> bool:
         """Abort and close the stream on a helper thread; False if PortAudio did not return in

@@ -491,7 +491,7 @@ def stop_jack(jackd: subprocess.Popen) -> None:
     jackd.wait(10)
 
 
-def start_jack(prefix: str, realtime: bool = False) -> subprocess.Popen:
+def start_jack(prefix: str, realtime: bool = True) -> subprocess.Popen:
     """A JACK server on the dummy backend (24 kHz, 256-frame periods) under a fresh name, which the
     daemon's PortAudio and the tests' JACK clients then use (JACK_DEFAULT_SERVER); `realtime`: jackd
     -R (it and its clients' process threads SCHED_FIFO)."""

@@ -43,24 +43,13 @@ class JackServer:
 
 @pytest.fixture(scope="module")
 def jack_server():
-    """A jackd dummy server (RATE, PERIOD) named for this session."""
-    yield from serve(realtime=False)
-
-
-@pytest.fixture(scope="module")
-def jack_server_rt():
-    """The same, real-time: jackd and its clients' process threads run SCHED_FIFO (the load rig)."""
-    yield from serve(realtime=True)
-
-
-def serve(realtime: bool):
+    """A jackd dummy server (RATE, PERIOD) named for this session, real-time where it may be (jackd -R:
+    as a device's audio server, it and its clients' threads outrank the daemon's audio threads)."""
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed (scripts/install-system-deps.sh installs jackd2)")
     name = f"edged-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "JACK_NO_AUDIO_RESERVATION": "1"}
-    # --no-realtime unless the load rig asks; -t: a generous client timeout so a busy CI box is not kicked.
-    proc = jackd.start(name, RATE, PERIOD, realtime=realtime, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
+    proc = jackd.start(name, RATE, PERIOD, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.environ["JACK_DEFAULT_SERVER"] = name
     os.environ["JACK_NO_AUDIO_RESERVATION"] = "1"
     os.environ["JACK_NO_START_SERVER"] = "1"

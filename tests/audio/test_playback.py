@@ -234,6 +234,33 @@ def test_two_replies_back_to_back_in_admission_order(take, recorder):
     take(body)
 
 
+def test_a_cut_reply_that_never_played_is_final_without_a_later_reply(take, recorder):
+    """A barge-in while `a` plays and `b` waits in the ring behind it (written, not begun at the DAC):
+    both are stopped; each is final (a: what was heard, b: nothing) once the cut has passed the DAC,
+    though no reply plays after them (the dropped samples count as passed)."""
+    def body(playback):
+        a, b = tone(2.0), chirp(1.0)
+        recorder.start()
+        playback.begin("a")
+        playback.begin("b")
+        write_all(playback, "a", a)
+        write_all(playback, "b", b)  # all of both in the ring (5 s)
+        time.sleep(0.5)
+        playback.stop_now("a")
+        playback.stop_now("b")
+        deadline = time.monotonic() + 1.0  # the cut passes the DAC within a few periods
+        while playback.final("a") is None or playback.final("b") is None:
+            assert time.monotonic() < deadline, (playback.final("a"), playback.final("b"))
+            time.sleep(0.01)
+        rec = recorder.stop()
+        i0 = first_nonzero(rec)
+        heard = int(np.flatnonzero(rec[i0:] == 0.0)[0])
+        assert playback.final("b") == 0 and playback.final("a") == heard > 0
+        assert not rec[i0 + heard:].any()
+
+    take(body)
+
+
 def test_slow_producer_underruns_are_counted_and_callback_never_blocks(take, recorder):
     def body(playback):
         pcm = tone(1.5, level=0.25)

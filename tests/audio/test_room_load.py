@@ -31,8 +31,8 @@ USER = "Wait, stop, I have a question about Thursday."
 
 
 @pytest.fixture(scope="module")
-def busy_room(jack_server_rt, tmp_path_factory):
-    with speaking_room(jack_server_rt.name, tmp_path_factory.mktemp("busy-room"), Room(0.5, seed=1), USER) as setup:
+def busy_room(jack_server, tmp_path_factory):
+    with speaking_room(jack_server.name, tmp_path_factory.mktemp("busy-room"), Room(0.5, seed=1), USER) as setup:
         scheduling = setup.client.status()["audio"]
         granted = [scheduling["output"]["scheduling"]["feeder"], scheduling["input"]["scheduling"]["listener"]]
         assert all(g["policy"] == "fifo" for g in granted), granted
@@ -49,8 +49,8 @@ def test_busy_a_reply_is_not_cut_by_its_own_voice(busy_room):
             assert done.reason == "length", done.report
             assert done.report["played_ms"] == done.report["audio_ms"] >= 9900, done.report
             assert [e for e in starts(sub) if e["near_end"]] == [], starts(sub)
-    audio = client.status()["audio"]
-    assert audio["input"]["echo_erle_db"] > 30, audio["input"]
+            audio = client.status()["audio"]  # (an audio-server xrun in this reply slips the echo: taken again)
+            assert audio["input"]["echo_erle_db"] > 30, audio["input"]
 
 
 @pytest.mark.parametrize("below_db", [5, 10])

@@ -32,10 +32,12 @@ REALTIME_PRIORITY = 70
 (above the daemon's audio.realtime_priority, as an audio server's are)."""
 
 
-def start(name: str, rate: int = 24000, period: int = 256, realtime: bool = False, **popen) -> subprocess.Popen:
+def start(name: str, rate: int = 24000, period: int = 256, realtime: bool = True, **popen) -> subprocess.Popen:
     """jackd -n NAME with the dummy backend (real-time paced, no hardware; a generous client timeout
-    so a busy machine does not kick clients); without real-time priority unless `realtime` (the load
-    rig: then the server and every client's process thread run SCHED_FIFO)."""
+    so a busy machine does not kick clients), real-time as an audio server is (-R: the server and
+    every client's process thread SCHED_FIFO, above the daemon's audio threads, which would otherwise
+    preempt it; where real time is refused jackd says so and runs without). `realtime=False`:
+    --no-realtime."""
     priority = ["-R", "-P", str(REALTIME_PRIORITY)] if realtime else ["--no-realtime"]
     return subprocess.Popen(["jackd", "-n", name, *priority, "-t", "5000", "-d", "dummy", "-r", str(rate),
                              "-p", str(period)], **popen)

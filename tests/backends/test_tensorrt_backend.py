@@ -686,7 +686,9 @@ def test_validate_jetson_rows_through_the_doubles(trt, artifact):
     rows = {check: (verdict, detail) for check, verdict, detail in summary.rows[:5]}
     graphs = re.fullmatch(r"60 of 60 step plans captured; frames equal: True; after other plans re-bound the contexts: "
                           r"True; per frame with graphs: .* \(([\d.]+)x: replay must be faster\)", rows["CUDA graphs"][1])
-    assert graphs and rows["CUDA graphs"][0] == ("PASS" if float(graphs.group(1)) > 1 else "FAIL")
+    assert graphs, rows["CUDA graphs"]
+    speedup = float(graphs.group(1))  # printed to 0.01: at 1.00 the row may go either way
+    assert rows["CUDA graphs"][0] in ({"PASS"} if speedup > 1 else {"FAIL"} if speedup < 1 else {"PASS", "FAIL"})
     contexts = re.search(r"for (\d+) contexts \(kSTATIC", rows["activation memory"][1])
     # one per captured graph (60), and the shared ones of the plans enqueued (the talker's prefills, ...)
     assert rows["activation memory"][0] == "PASS" and contexts and int(contexts.group(1)) > 60

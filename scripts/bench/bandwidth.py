@@ -20,6 +20,10 @@ round (ms: the median of `--repeats` rounds after a warm-up). Per form:
   which no core keeps up with from memory: its rate is this machine's for a stream of weights (its
   code predictor's 300 MB and talker's 0.8 GB exceed the 32 MB cache). That is what a frame of the
   form's products would cost with any kernel that reads each weight once, at 1 row or at 4.
+
+The quantized forms run once more at MatMulNBits' accuracy level 1 (fp32 activations, each weight
+block widened to fp32) beside the daemon's level 4 (int8 activations): which kernel this CPU runs
+faster decides edged.backends.onnxruntime.ACCURACY_LEVEL's worth here.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from common import parser, real_case, variant
 from predictor import products_alone, session
 
 FORMS = ("fp32", "int8", "int4")
+LEVELS = {"fp32": ("4",), "int8": ("4", "1"), "int4": ("4", "1")}
+"""form: the MatMulNBits accuracy levels it runs at (fp32 has no quantized products; the first is the daemon's)."""
 GRAPHS = {"talker.onnx": 1, "code_predictor.onnx": 15}
 """graph: its runs a frame (one member)."""
 ROWS = (1, 4)
@@ -57,7 +63,7 @@ def head_bytes(graph: Path) -> int:
 
 
 def measure(case, scratch: Path, repeats: int) -> None:
-    ways: dict[tuple[str, str, int], tuple] = {}
+    ways: dict[tuple[str, str, str, int], tuple] = {}
     weight_bytes: dict[tuple[str, str], int] = {}
     heads = 0
     for weights in FORMS:
@@ -67,10 +73,11 @@ def measure(case, scratch: Path, repeats: int) -> None:
             for rows in ROWS:
                 out = scratch / f"{weights}-{rows}-{graph}"
                 _, weight_bytes[(weights, graph)] = products_alone(art / graph, out, rows)
-                s = session(out)
-                ways[(weights, graph, rows)] = (s, {i.name: np.ones([1, rows, i.shape[2]], np.float32)
-                                                    for i in s.get_inputs()})
-    spent: dict[tuple[str, str, int], list[float]] = {way: [] for way in ways}
+                for level in LEVELS[weights]:
+                    s = session(out, accuracy=level)
+                    ways[(weights, level, graph, rows)] = (s, {i.name: np.ones([1, rows, i.shape[2]], np.float32)
+                                                               for i in s.get_inputs()})
+    spent: dict[tuple[str, str, str, int], list[float]] = {way: [] for way in ways}
     for _ in range(repeats + 1):  # the first round warms up
         for way, (s, feed) in ways.items():
             t0 = time.perf_counter()
@@ -78,22 +85,24 @@ def measure(case, scratch: Path, repeats: int) -> None:
             spent[way].append((time.perf_counter() - t0) * 1e3)
     ms = {way: float(np.median(v[1:])) for way, v in spent.items()}
 
-    def frame(weights: str, rows: int) -> float:
-        return sum(n * ms[(weights, graph, rows)] for graph, n in GRAPHS.items())
+    def frame(weights: str, level: str, rows: int) -> float:
+        return sum(n * ms[(weights, level, graph, rows)] for graph, n in GRAPHS.items())
 
     def frame_bytes(weights: str) -> int:
         return sum(n * weight_bytes[(weights, graph)] for graph, n in GRAPHS.items())
 
-    rate = frame_bytes("fp32") / frame("fp32", 1) / 1e6  # GB/s
+    rate = frame_bytes("fp32") / frame("fp32", "4", 1) / 1e6  # GB/s
     print(f"\nms: median of {repeats} rounds; the memory's rate (fp32 products, 1 row): {rate:.1f} GB/s\n")
     print("| weights | MB a frame: talker + 15 x code predictor + 15 heads | products ms a frame, 1 row | 4 rows | "
           "4 / 1 | GB/s, 1 row | at the memory's rate, ms |\n|---|---|---|---|---|---|---|")
     for weights in FORMS:
         mb = {graph: weight_bytes[(weights, graph)] / 1e6 for graph in GRAPHS}
-        one, four = frame(weights, 1), frame(weights, 4)
-        print(f"| {weights} | {mb['talker.onnx']:.0f} + 15 x {mb['code_predictor.onnx']:.1f} + 15 x {heads / 1e6:.1f}"
-              f" = {(frame_bytes(weights) + 15 * heads) / 1e6:.0f} | {one:.1f} | {four:.1f} | {four / one:.2f} | "
-              f"{frame_bytes(weights) / one / 1e6:.1f} | {frame_bytes(weights) / rate / 1e6:.1f} |")
+        for level in LEVELS[weights]:
+            one, four = frame(weights, level, 1), frame(weights, level, 4)
+            name = weights if level == LEVELS[weights][0] and weights == "fp32" else f"{weights}, level {level}"
+            print(f"| {name} | {mb['talker.onnx']:.0f} + 15 x {mb['code_predictor.onnx']:.1f} + 15 x {heads / 1e6:.1f}"
+                  f" = {(frame_bytes(weights) + 15 * heads) / 1e6:.0f} | {one:.1f} | {four:.1f} | {four / one:.2f} | "
+                  f"{frame_bytes(weights) / one / 1e6:.1f} | {frame_bytes(weights) / rate / 1e6:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

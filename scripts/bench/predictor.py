@@ -172,7 +172,9 @@ def with_int8_heads(fs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarra
     return out
 
 
-def session(graph: Path, threads: int = 1, spinning: bool = False):
+def session(graph: Path, threads: int = 1, spinning: bool = False, accuracy: str | None = None):
+    """A session with the daemon's options at `threads`; `accuracy`: MatMulNBits' accuracy level
+    instead of the daemon's (edged.backends.onnxruntime.ACCURACY_LEVEL)."""
     import onnxruntime as ort
 
     from edged.backends.onnxruntime import OrtBackend
@@ -180,6 +182,8 @@ def session(graph: Path, threads: int = 1, spinning: bool = False):
     ort.set_default_logger_severity(3)  # not the warning that the spinning entry is set again
     opts = OrtBackend(threads).session_options()
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    if accuracy is not None:
+        opts.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", accuracy)
     return ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
 
 

@@ -31,6 +31,17 @@ def build_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def export_memo(build_dir):
+    """Vocoder graphs exported once per run for each distinct codec (engines/export_memo.py; the
+    checkpoints of a shape variant share theirs); a test that compares two exports turns it off."""
+    from engines.export_memo import ENV
+
+    os.environ[ENV] = str(build_dir / "export-memo")
+    yield
+    os.environ.pop(ENV, None)
+
+
 @pytest.fixture(scope="session")
 def checkpoints(build_dir):
     """checkpoints(variant, seed=0, kind="custom_voice") -> a tiny checkpoint directory (built once;

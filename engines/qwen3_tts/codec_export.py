@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from engines import export_memo
 from engines.onnx import save_program
 from engines.qwen3_tts.codec import Codec, CodecConfig, StreamingCodec, load_codec
 
@@ -64,17 +65,23 @@ def export_codec(codec: Codec, out_path: str | Path, opset: int = 18) -> dict:
     batch_dim, frames_dim = torch.export.Dim("batch"), torch.export.Dim("frames")
     # The varargs `*state` of StreamingCodec.forward take their dims as one nested tuple.
     dynamic = ({0: batch_dim, 2: frames_dim}, {0: batch_dim}, tuple({0: batch_dim} for _ in specs))
-    with torch.no_grad():
-        program = torch.onnx.export(
-            StreamingCodec(codec).eval(),
-            example,
-            dynamo=True,
-            opset_version=opset,
-            input_names=manifest["inputs"],
-            output_names=manifest["outputs"],
-            dynamic_shapes=dynamic,
-        )
-    save_program(program, Path(out_path), external_data=False)
+    streaming = StreamingCodec(codec).eval()
+
+    def trace(out: Path) -> None:
+        with torch.no_grad():
+            program = torch.onnx.export(
+                streaming,
+                example,
+                dynamo=True,
+                opset_version=opset,
+                input_names=manifest["inputs"],
+                output_names=manifest["outputs"],
+                dynamic_shapes=dynamic,
+            )
+        save_program(program, out, external_data=False)
+
+    shapes = [tuple(t.shape) for t in example]
+    export_memo.exported(export_memo.key(streaming, config, specs, shapes, opset, manifest), Path(out_path), trace)
     _check_dims(onnx.load(str(out_path), load_external_data=False), config, specs)
     error = verify_onnx(codec, out_path, batch=2, windows=CHECK_WINDOWS)
     if error > EXPORT_CHECK_TOLERANCE:

@@ -1,15 +1,17 @@
 """The export memo (engines/export_memo.py): with EDGED_EXPORT_MEMO set, a vocoder whose codec was
-exported before is copied, not traced again; a codec that differs in one weight is traced; without
-the variable every export traces and nothing is kept. The copy still passes export_codec's own check (ORT against this
-codec in torch), so a key that missed a weight would fail there."""
+exported before is copied, not traced again, and a codec one weight apart is traced; without the
+variable the export runs whatever is kept. The copy still passes export_codec's own check (ORT
+against this codec in torch), so a key that missed a weight fails there."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from engines.export_memo import ENV
+from engines.export_memo import ENV, exported
 from engines.qwen3_tts.codec import load_codec
 from engines.qwen3_tts.codec_export import export_codec
 
@@ -28,8 +30,7 @@ def traces(monkeypatch) -> list[str]:
     return calls
 
 
-def test_a_codec_exported_before_is_copied_one_weight_apart_traced_and_nothing_kept_when_off(
-        checkpoints, traces, tmp_path, monkeypatch):
+def test_a_codec_exported_before_is_copied_and_one_weight_apart_is_traced(checkpoints, traces, tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(tmp_path / "memo"))
     _, codec = load_codec(checkpoints(0))
     first = export_codec(codec, tmp_path / "first.onnx")
@@ -44,9 +45,11 @@ def test_a_codec_exported_before_is_copied_one_weight_apart_traced_and_nothing_k
     export_codec(codec, tmp_path / "changed.onnx")  # checked against the changed codec by ORT
     assert traces == ["StreamingCodec"] * 2
     assert (tmp_path / "changed.onnx").read_bytes() != (tmp_path / "first.onnx").read_bytes()
+    kept = sorted((tmp_path / "memo").iterdir())
+    assert [p.suffix for p in kept] == [".onnx", ".onnx"]
 
-    monkeypatch.delenv(ENV)
-    export_codec(codec, tmp_path / "off.onnx")
-    assert traces == ["StreamingCodec"] * 3, "an export without the variable took the kept graph"
-    assert (tmp_path / "off.onnx").read_bytes() == (tmp_path / "changed.onnx").read_bytes()
-    assert sorted(p.suffix for p in (tmp_path / "memo").iterdir()) == [".onnx", ".onnx"]
+    monkeypatch.delenv(ENV)  # off: the export runs although a graph is kept under its key
+    made: list[Path] = []
+    exported(kept[0].stem, tmp_path / "off.onnx", made.append)
+    assert made == [tmp_path / "off.onnx"] and not (tmp_path / "off.onnx").exists()
+    assert sorted((tmp_path / "memo").iterdir()) == kept

@@ -10,10 +10,10 @@ The run is `edged bench`'s (edged.bench.timed: a Synthesizer, one greedy member,
 generation=1,vocoder=1) on the `--weights` twin of the random real-dimension checkpoint from
 scripts/bench/common.py's cache. Every bound plan's `run()` is timed from outside (OrtPlan.run
 wrapped: the stage's own code runs unchanged), so per step the stage's own `step_ms`
-(edged/talker/stage.py) less its plans' time is the host's share. Medians over the steps of the
-middle run by wall time, after a warm-up run. Last, the talker step and one code-predictor pass fed
-as the daemon feeds them (common.step_feed) and profiled by operator in sessions made with the
-daemon's options at one thread.
+(edged/talker/stage.py) less its plans' time is the host's share. Means over the steps of the
+middle run by wall time, after a warm-up run (means, as step_ms is one: the parts add up to it).
+Last, the talker step and one code-predictor pass fed as the daemon feeds them (common.step_feed)
+and profiled by operator in sessions made with the daemon's options at one thread.
 """
 
 from __future__ import annotations
@@ -88,14 +88,14 @@ def frame_parts(art: Path, frames: int, repeats: int) -> None:
     talker = np.array(calls["talker.onnx"][1:])  # the first call is the prefill
     passes = np.array(calls["code_predictor.onnx"]).reshape(steps, groups - 1)
     step_ms = t.generation_s * 1e3
-    plans_ms = float(np.median(passes.sum(axis=1))) + float(np.median(talker))
+    plans_ms = float(passes.sum(axis=1).mean()) + float(talker.mean())  # means, as step_ms is: the parts add up
     print(f"\none member, {steps} frames, middle of {repeats} runs: generation {step_ms:.1f} ms a frame, "
           f"vocoder {t.vocoder_s * 1e3:.1f} ms a frame (its own thread)\n")
     print("| part of a frame | ms | share |\n|---|---|---|")
-    rows = [("talker decode (1 call)", float(np.median(talker))),
-            (f"code predictor, {groups - 1} passes", float(np.median(passes.sum(axis=1)))),
-            ("  pass 1 (2 rows: hidden and code 0)", float(np.median(passes[:, 0]))),
-            (f"  passes 2..{groups - 1}, each", float(np.median(passes[:, 1:]))),
+    rows = [("talker decode (1 call)", float(talker.mean())),
+            (f"code predictor, {groups - 1} passes", float(passes.sum(axis=1).mean())),
+            ("  pass 1 (2 rows: hidden and code 0)", float(passes[:, 0].mean())),
+            (f"  passes 2..{groups - 1}, each", float(passes[:, 1:].mean())),
             ("host: sampling inputs, gathers, sums, copies", step_ms - plans_ms)]
     for name, ms in rows:
         print(f"| {name} | {ms:.2f} | {100 * ms / step_ms:.0f} % |")

@@ -67,7 +67,9 @@ def test_the_new_layout_names_keys_differently_and_reads_to_the_same_config(tiny
 def test_a_checkpoint_with_the_new_layout_exports_the_same_artifact(tiny, family, artifacts, omni_artifacts, tmp_path,
                                                                     monkeypatch):
     old = artifacts(0) if family == "qwen3_tts" else omni_artifacts(0, 20)[1]
-    monkeypatch.delenv(EXPORT_MEMO)  # every graph traced again, the vocoder's too
+    if family == "qwen3_omni":  # every graph traced again: the vocoder's trace is deterministic too
+        monkeypatch.delenv(EXPORT_MEMO)
+    # qwen3_tts: its vocoder is traced again only if the new layout's codec config reads differently
     new = tmp_path / "new"
     export(with_configs(tiny[family], family, NEW, tmp_path / "ckpt"), new, max_batch=4, max_seq=256)
     names = sorted(p.name for p in old.iterdir())

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The code predictor's pass alone at the real Qwen3-TTS 0.6B dimensions, int4 and int8: where its
-time goes, and what four other ways of running it would save.
+time goes, and what five other ways of running it would save.
 
     python scripts/bench/predictor.py [--repeats 9] [--calls 30] [--work DIR]
 
@@ -19,7 +19,11 @@ ms per call, the median of `--repeats` rounds after a warm-up round. The ways:
 - two threads, ONNX Runtime's spinning off (as the daemon runs them) and on;
 - the heads in int8 (per column), read through MatMulInteger with each row of the hidden quantized
   to int8 (per row, so a member's codes never depend on the others'): the one stock ONNX Runtime
-  product whose integer weights can be a bound input, as the heads are.
+  product whose integer weights can be a bound input, as the heads are;
+- each head a constant in the pass's own weight form (int4 / int8 blocks, MatMulNBits): a graph per
+  group, each call the group's graph, as a frame's passes would run 15 of them. The bound head is
+  what lets one graph serve every group; this way shows what a constant head would save, though
+  15 sessions hold 15 copies of the pass's weights (a design would share them).
 
 Then one plain pass profiled by node: the products, the head (the bound fp32 `heads` through a
 MatMul) and everything else.
@@ -163,6 +167,30 @@ def int8_heads(graph: Path, out: Path) -> None:
     onnx.save(model, str(out))
 
 
+def constant_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -> list[Path]:
+    """One graph per head of `heads` [G, Hc, Vc]: `graph` with its bound `heads` input replaced by
+    that head as a constant in `weight_form` (what engines.quantize makes of a weight)."""
+    import onnx
+
+    from engines.quantize import set_nodes
+
+    made = []
+    for g, head in enumerate(heads):
+        model = onnx.load(str(graph))
+        gr = model.graph
+        product = next(n for n in gr.node if n.op_type == "MatMul" and n.input[1] == "heads")
+        inits, nodes = weight_form.product(product.input[0], f"head{g}", head, product.output[0], product.name)
+        gr.initializer.extend(inits)
+        set_nodes(gr, [m for n in gr.node for m in (nodes if n is product else [n])])
+        kept = [i for i in gr.input if i.name != "heads"]
+        del gr.input[:]
+        gr.input.extend(kept)
+        out = scratch / f"head{g}-{graph.parent.name}.onnx"
+        onnx.save(model, str(out), save_as_external_data=True, location=out.name + ".data")
+        made.append(out)
+    return made
+
+
 def with_int8_heads(fs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """The same feeds with the heads as int8 codes and per-column scales."""
     out = []
@@ -228,13 +256,19 @@ def measure(case, scratch: Path, repeats: int, calls: int) -> None:
         int8_heads(graph, scratch / f"heads-{weights}.onnx")
         ways[(weights, "pass, int8 heads (MatMulInteger)")] = (session(scratch / f"heads-{weights}.onnx"),
                                                               with_int8_heads(feeds(graph, 1, 1)))
+        plain = feeds(graph, 1, 1)
+        ways[(weights, "pass, its head a constant (a graph per group)")] = (
+            [session(g) for g in constant_heads(graph, scratch, np.stack([f["heads"][0] for f in plain]),
+                                                form(weights, "cpu", block))],
+            [{k: v for k, v in f.items() if k != "heads"} for f in plain])
         parts[weights] = where_it_goes(graph)
     spent: dict[tuple[str, str], list[float]] = {way: [] for way in ways}
     for _ in range(repeats + 1):  # the first round warms up
         for way, (s, fs) in ways.items():
+            ss = s if isinstance(s, list) else [s]  # a way of a graph per group runs the call's group's
             t0 = time.perf_counter()
             for c in range(calls):
-                s.run(None, fs[c % len(fs)])
+                ss[c % len(ss)].run(None, fs[c % len(fs)])
             spent[way].append((time.perf_counter() - t0) * 1e3 / calls)
     print(f"\nms per call, median of {repeats} interleaved rounds of {calls} calls\n")
     print("| weights | way | ms | x the pass |\n|---|---|---|---|")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The code predictor's pass alone at the real Qwen3-TTS 0.6B dimensions, int4 and int8: where its
-time goes, and what five other ways of running it would save.
+time goes, and what six other ways of running it would save.
 
     python scripts/bench/predictor.py [--repeats 9] [--calls 30] [--work DIR]
 
@@ -23,7 +23,10 @@ ms per call, the median of `--repeats` rounds after a warm-up round. The ways:
 - each head a constant in the pass's own weight form (int4 / int8 blocks, MatMulNBits): a graph per
   group, each call the group's graph, as a frame's passes would run 15 of them. The bound head is
   what lets one graph serve every group; this way shows what a constant head would save, though
-  15 sessions hold 15 copies of the pass's weights (a design would share them).
+  15 sessions hold 15 copies of the pass's weights (a design would share them);
+- the pass cut before its head's product: one body graph (the pass up to the head's input, the K/V
+  rows), then the group's head graph (its head a constant in the pass's weight form, and the
+  sampler), so the 15 groups share the body's weights.
 
 Then one plain pass profiled by node: the products, the head (the bound fp32 `heads` through a
 MatMul) and everything else.
@@ -39,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -191,6 +195,44 @@ def constant_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -
     return made
 
 
+def split_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -> tuple[Path, str, list[Path]]:
+    """`graph` cut at its head's product: a body graph (the pass up to the head's input, the hidden
+    and the new K/V rows) and per head of `heads` [G, Hc, Vc] a head graph (the head, a constant in
+    `weight_form`, and the sampler, from the body's output to the codes); returns (body, the cut
+    tensor's name, heads)."""
+    import onnx
+    from onnx import utils
+
+    from engines.quantize import set_nodes
+
+    g = onnx.load(str(graph), load_external_data=False).graph
+    cut = next(n for n in g.node if n.op_type == "MatMul" and n.input[1] == "heads").input[0]
+    body, head = scratch / f"body-{graph.parent.name}.onnx", scratch / f"head-{graph.parent.name}.onnx"
+    rows = [o.name for o in g.output if o.name.startswith("new_")]
+    utils.extract_model(str(graph), str(body), [i.name for i in g.input if i.name != "heads"], [cut, "hidden", *rows],
+                        check_model=False)
+    drawn = [i.name for i in g.input if i.name in ("drafts", "draft_probs", "temperature", "top_k", "top_p",
+                                                       "accept_noise", "noise")]
+    utils.extract_model(str(graph), str(head), [cut, "heads", *drawn], ["codes", "accepted"], check_model=False)
+    made = []
+    for n, weights in enumerate(heads):
+        model = onnx.load(str(head))
+        hg = model.graph
+        product = next(m for m in hg.node if m.op_type == "MatMul" and m.input[1] == "heads")
+        inits, nodes = weight_form.product(product.input[0], f"head{n}", weights, product.output[0], product.name)
+        hg.initializer.extend(inits)
+        set_nodes(hg, [m for k in hg.node for m in (nodes if k is product else [k])])
+        kept = [i for i in hg.input if i.name != "heads"]
+        del hg.input[:]
+        hg.input.extend(kept)
+        for opset in model.opset_import:
+            if opset.domain in ("", "ai.onnx"):
+                opset.version = max(opset.version, 21)  # blocked DequantizeLinear
+        made.append(scratch / f"head{n}-{graph.parent.name}.onnx")
+        onnx.save(model, str(made[-1]))
+    return body, cut, made
+
+
 def with_int8_heads(fs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """The same feeds with the heads as int8 codes and per-column scales."""
     out = []
@@ -228,6 +270,26 @@ def where_it_goes(graph: Path) -> dict[str, tuple[float, int]]:
     return {part: (sum(ms), len(ms)) for part, ms in parts.items()}
 
 
+def calls_of(sessions, fs: list[dict[str, np.ndarray]]) -> Callable[[int], object]:
+    """Call c of a way: its session (of a graph per group: the call's group's) on feed c."""
+    ss = sessions if isinstance(sessions, list) else [sessions]
+    return lambda c: ss[c % len(ss)].run(None, fs[c % len(fs)])
+
+
+def split_calls(body: Path, cut: str, heads: list[Path], fs: list[dict[str, np.ndarray]]) -> Callable[[int], object]:
+    """Call c of the cut pass: the body on feed c, then the call's group's head graph on its output."""
+    b, hs = session(body), [session(h) for h in heads]
+    body_in = {i.name for i in b.get_inputs()}
+    head_in = [{i.name for i in h.get_inputs()} - {cut} for h in hs]
+
+    def call(c: int) -> object:
+        g, f = c % len(hs), fs[c % len(fs)]
+        x = b.run([cut], {k: v for k, v in f.items() if k in body_in})[0]
+        return hs[g].run(None, {cut: x, **{k: f[k] for k in head_in[g]}})
+
+    return call
+
+
 def measure(case, scratch: Path, repeats: int, calls: int) -> None:
     """Make the ways in `scratch`, time them and print the tables."""
     from edged.artifact import load_artifact
@@ -236,39 +298,40 @@ def measure(case, scratch: Path, repeats: int, calls: int) -> None:
 
     fused_fp32 = scratch / "fused.onnx"
     fuse_shared(case.artifact / "code_predictor.onnx", fused_fp32)
-    ways: dict[tuple[str, str], tuple] = {}
+    ways: dict[tuple[str, str], Callable[[int], object]] = {}
     parts = {}
     for weights in FORMS:
         art, _ = variant(case, weights)
         graph = art / "code_predictor.onnx"
         block = load_artifact(art).weight_block
-        quantize_file(fused_fp32, scratch / f"fused-{weights}.onnx", form(weights, "cpu", block))
+        weight_form = form(weights, "cpu", block)
+        quantize_file(fused_fp32, scratch / f"fused-{weights}.onnx", weight_form)
         products, _ = products_alone(graph, scratch / f"products-{weights}.onnx")
         alone = session(scratch / f"products-{weights}.onnx")
-        ways |= {(weights, "pass, 1 row"): (session(graph), feeds(graph, 1, 1)),
-                 (weights, "pass, 4 rows verified (verify 4)"): (session(graph), feeds(graph, 4, 4)),
-                 (weights, f"its {products} products alone"): (alone, [{i.name: np.ones([1, 1, i.shape[2]], np.float32)
-                                                            for i in alone.get_inputs()}]),
-                 (weights, "pass, q/k/v and gate/up fused"): (session(scratch / f"fused-{weights}.onnx"),
-                                                               feeds(graph, 1, 1)),
-                 (weights, "pass, 2 threads"): (session(graph, 2), feeds(graph, 1, 1)),
-                 (weights, "pass, 2 threads spinning"): (session(graph, 2, True), feeds(graph, 1, 1))}
         int8_heads(graph, scratch / f"heads-{weights}.onnx")
-        ways[(weights, "pass, int8 heads (MatMulInteger)")] = (session(scratch / f"heads-{weights}.onnx"),
-                                                              with_int8_heads(feeds(graph, 1, 1)))
         plain = feeds(graph, 1, 1)
-        ways[(weights, "pass, its head a constant (a graph per group)")] = (
-            [session(g) for g in constant_heads(graph, scratch, np.stack([f["heads"][0] for f in plain]),
-                                                form(weights, "cpu", block))],
-            [{k: v for k, v in f.items() if k != "heads"} for f in plain])
+        heads = np.stack([f["heads"][0] for f in plain])
+        headless = [{k: v for k, v in f.items() if k != "heads"} for f in plain]
+        ways |= {(weights, "pass, 1 row"): calls_of(session(graph), plain),
+                 (weights, "pass, 4 rows verified (verify 4)"): calls_of(session(graph), feeds(graph, 4, 4)),
+                 (weights, f"its {products} products alone"): calls_of(alone, [{
+                     i.name: np.ones([1, 1, i.shape[2]], np.float32) for i in alone.get_inputs()}]),
+                 (weights, "pass, q/k/v and gate/up fused"): calls_of(session(scratch / f"fused-{weights}.onnx"), plain),
+                 (weights, "pass, 2 threads"): calls_of(session(graph, 2), plain),
+                 (weights, "pass, 2 threads spinning"): calls_of(session(graph, 2, True), plain),
+                 (weights, "pass, int8 heads (MatMulInteger)"): calls_of(session(scratch / f"heads-{weights}.onnx"),
+                                                                       with_int8_heads(plain)),
+                 (weights, "pass, its head a constant (a graph per group)"): calls_of(
+                     [session(g) for g in constant_heads(graph, scratch, heads, weight_form)], headless),
+                 (weights, "pass cut before its head, then the group's head graph (a constant)"): split_calls(
+                     *split_heads(graph, scratch, heads, weight_form), headless)}
         parts[weights] = where_it_goes(graph)
     spent: dict[tuple[str, str], list[float]] = {way: [] for way in ways}
     for _ in range(repeats + 1):  # the first round warms up
-        for way, (s, fs) in ways.items():
-            ss = s if isinstance(s, list) else [s]  # a way of a graph per group runs the call's group's
+        for way, call in ways.items():
             t0 = time.perf_counter()
             for c in range(calls):
-                ss[c % len(ss)].run(None, fs[c % len(fs)])
+                call(c)
             spent[way].append((time.perf_counter() - t0) * 1e3 / calls)
     print(f"\nms per call, median of {repeats} interleaved rounds of {calls} calls\n")
     print("| weights | way | ms | x the pass |\n|---|---|---|---|")

@@ -99,7 +99,7 @@ def measure(case, scratch: Path, repeats: int) -> None:
         mb = {graph: weight_bytes[(weights, graph)] / 1e6 for graph in GRAPHS}
         for level in LEVELS[weights]:
             one, four = frame(weights, level, 1), frame(weights, level, 4)
-            name = weights if level == LEVELS[weights][0] and weights == "fp32" else f"{weights}, level {level}"
+            name = weights if len(LEVELS[weights]) == 1 else f"{weights}, level {level}"
             print(f"| {name} | {mb['talker.onnx']:.0f} + 15 x {mb['code_predictor.onnx']:.1f} + 15 x {heads / 1e6:.1f}"
                   f" = {(frame_bytes(weights) + 15 * heads) / 1e6:.0f} | {one:.1f} | {four:.1f} | {four / one:.2f} | "
                   f"{frame_bytes(weights) / one / 1e6:.1f} | {frame_bytes(weights) / rate / 1e6:.1f} |")

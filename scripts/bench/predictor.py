@@ -171,9 +171,10 @@ def int8_heads(graph: Path, out: Path) -> None:
     onnx.save(model, str(out))
 
 
-def constant_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -> list[Path]:
+def constant_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form, name: str) -> list[Path]:
     """One graph per head of `heads` [G, Hc, Vc]: `graph` with its bound `heads` input replaced by
-    that head as a constant in `weight_form` (what engines.quantize makes of a weight)."""
+    that head as a constant in `weight_form` (what engines.quantize makes of a weight), saved in
+    `scratch` as NAME-headG.onnx."""
     import onnx
 
     from engines.quantize import set_nodes
@@ -189,9 +190,11 @@ def constant_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -
         kept = [i for i in gr.input if i.name != "heads"]
         del gr.input[:]
         gr.input.extend(kept)
-        out = scratch / f"head{g}-{graph.parent.name}.onnx"
-        onnx.save(model, str(out), save_as_external_data=True, location=out.name + ".data")
-        made.append(out)
+        for opset in model.opset_import:
+            if opset.domain in ("", "ai.onnx"):
+                opset.version = max(opset.version, 21)  # blocked DequantizeLinear
+        made.append(scratch / f"{name}-head{g}.onnx")
+        onnx.save(model, str(made[-1]), save_as_external_data=True, location=made[-1].name + ".data")
     return made
 
 
@@ -203,8 +206,6 @@ def split_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -> t
     import onnx
     from onnx import utils
 
-    from engines.quantize import set_nodes
-
     g = onnx.load(str(graph), load_external_data=False).graph
     cut = next(n for n in g.node if n.op_type == "MatMul" and n.input[1] == "heads").input[0]
     body, head = scratch / f"body-{graph.parent.name}.onnx", scratch / f"head-{graph.parent.name}.onnx"
@@ -214,23 +215,7 @@ def split_heads(graph: Path, scratch: Path, heads: np.ndarray, weight_form) -> t
     drawn = [i.name for i in g.input if i.name in ("drafts", "draft_probs", "temperature", "top_k", "top_p",
                                                        "accept_noise", "noise")]
     utils.extract_model(str(graph), str(head), [cut, "heads", *drawn], ["codes", "accepted"], check_model=False)
-    made = []
-    for n, weights in enumerate(heads):
-        model = onnx.load(str(head))
-        hg = model.graph
-        product = next(m for m in hg.node if m.op_type == "MatMul" and m.input[1] == "heads")
-        inits, nodes = weight_form.product(product.input[0], f"head{n}", weights, product.output[0], product.name)
-        hg.initializer.extend(inits)
-        set_nodes(hg, [m for k in hg.node for m in (nodes if k is product else [k])])
-        kept = [i for i in hg.input if i.name != "heads"]
-        del hg.input[:]
-        hg.input.extend(kept)
-        for opset in model.opset_import:
-            if opset.domain in ("", "ai.onnx"):
-                opset.version = max(opset.version, 21)  # blocked DequantizeLinear
-        made.append(scratch / f"head{n}-{graph.parent.name}.onnx")
-        onnx.save(model, str(made[-1]))
-    return body, cut, made
+    return body, cut, constant_heads(head, scratch, heads, weight_form, f"cut-{graph.parent.name}")
 
 
 def with_int8_heads(fs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -322,7 +307,8 @@ def measure(case, scratch: Path, repeats: int, calls: int) -> None:
                  (weights, "pass, int8 heads (MatMulInteger)"): calls_of(session(scratch / f"heads-{weights}.onnx"),
                                                                        with_int8_heads(plain)),
                  (weights, "pass, its head a constant (a graph per group)"): calls_of(
-                     [session(g) for g in constant_heads(graph, scratch, heads, weight_form)], headless),
+                     [session(g) for g in constant_heads(graph, scratch, heads, weight_form, f"pass-{weights}")],
+                     headless),
                  (weights, "pass cut before its head, then the group's head graph (a constant)"): split_calls(
                      *split_heads(graph, scratch, heads, weight_form), headless)}
         parts[weights] = where_it_goes(graph)

@@ -65,15 +65,19 @@ def quantize_columns(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(np.rint(w / scale), -127, 127).astype(np.int8), scale
 
 
-def quantize_vocoder(model: onnx.ModelProto, data_dir: Path = Path()) -> dict[str, int]:
+def quantize_vocoder(model: onnx.ModelProto, data_dir: Path = Path(), unsigned: bool = False) -> dict[str, int]:
     """Rewrite `model`'s dense Conv and upsampling ConvTranspose nodes in place (module docstring);
-    returns counts of what was done."""
+    returns counts of what was done. `unsigned`: the weights as uint8 (the int8 values + 128, zero
+    point 128), which ONNX Runtime multiplies with its uint8 x uint8 kernels: on x86 without VNNI
+    they widen both sides to 16 bits (pmaddwd into 32-bit sums), exact where the uint8 x int8 ones
+    saturate. The same values and PCM as the signed form; measured in scripts/bench/vocoder.py
+    (`--unsigned`), not an artifact form."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     stats: Counter[str] = Counter()
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
-        made = _rewrite(node, inits, data_dir)
+        made = _rewrite(node, inits, data_dir, unsigned)
         if made is None:
             nodes.append(node)
             if node.op_type in ("Conv", "ConvTranspose"):
@@ -93,7 +97,7 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _rewrite(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path):
+def _rewrite(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path, unsigned: bool = False):
     """(initializers, nodes, parameters) replacing `node`, or None when it stays as it is."""
     if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2 or node.input[1] not in inits:
         return None
@@ -108,13 +112,13 @@ def _rewrite(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir:
             return None
         dilation, k = a.get("dilations", [1])[0], weight.dims[2]
         w = conv_weight(read_initializer(weight, data_dir).astype(np.float32))
-        return _product(node, inits, data_dir, w, _taps(k, dilation), 1)
+        return _product(node, inits, data_dir, w, _taps(k, dilation), 1, unsigned)
     stride = a.get("strides", [1])[0]
     if (weight.dims[2] != 2 * stride or a.get("dilations", [1]) != [1] or any(a.get("output_padding", [0]))
             or weight.dims[1] < MIN_CHANNELS):
         return None
     w = transposed_weight(read_initializer(weight, data_dir).astype(np.float32), stride)
-    return _product(node, inits, data_dir, w, None, stride)
+    return _product(node, inits, data_dir, w, None, stride, unsigned)
 
 
 def _taps(k: int, dilation: int) -> list[tuple[int, int]]:
@@ -124,7 +128,7 @@ def _taps(k: int, dilation: int) -> list[tuple[int, int]]:
 
 
 def _product(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path, w: np.ndarray,
-             taps: list[tuple[int, int]] | None, stride: int):
+             taps: list[tuple[int, int]] | None, stride: int, unsigned: bool = False):
     """The nodes of node's output = its input's columns (taps: a conv's; None: a ConvTranspose's frame
     and the one before) @ w [K, N'] in 8 bits, + bias, back to [B, N, T]."""
     name, out = node.name or node.output[0], node.output[0]
@@ -132,6 +136,11 @@ def _product(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir:
     q, scale = quantize_columns(w)
     made = [helper.make_tensor(f"{name}__w8", TensorProto.INT8, q.shape, q.tobytes(), raw=True),
             numpy_helper.from_array(scale, f"{name}__wscale")]
+    weight_zero = []
+    if unsigned:
+        made[0] = numpy_helper.from_array((q.astype(np.int16) + 128).astype(np.uint8), f"{name}__w8")
+        made.append(numpy_helper.from_array(np.array(128, np.uint8), f"{name}__wzero"))
+        weight_zero = [f"{name}__wzero"]
 
     def const(suffix: str, value) -> str:
         if f"{name}__{suffix}" not in {i.name for i in made}:
@@ -158,7 +167,8 @@ def _product(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir:
         nodes += [*slices, helper.make_node("Concat", [s.output[0] for s in slices], [f"{name}__cols"], axis=-1,
                                             name=f"{name}__cols")]
         cols = f"{name}__cols"
-    nodes += [helper.make_node("MatMulInteger", [cols, made[0].name, f"{name}__xz"], [f"{name}__yi"], name=f"{name}__mm"),
+    nodes += [helper.make_node("MatMulInteger", [cols, made[0].name, f"{name}__xz", *weight_zero], [f"{name}__yi"],
+                               name=f"{name}__mm"),
               helper.make_node("Cast", [f"{name}__yi"], [f"{name}__yf"], to=TensorProto.FLOAT, name=f"{name}__cast"),
               helper.make_node("Mul", [f"{name}__xs", made[1].name], [f"{name}__scale"], name=f"{name}__scale"),
               helper.make_node("Mul", [f"{name}__yf", f"{name}__scale"], [f"{name}__y"], name=f"{name}__y")]

@@ -105,6 +105,29 @@ def test_a_rewritten_layer_runs_on_onnx_runtime_within_8_bit_error(op, shape, at
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < LAYER_ERROR
 
 
+def test_uint8_weights_give_the_exact_products_where_int8_weights_saturate(tmp_path):
+    """The bench form (quantize_vocoder(unsigned=True): the same values as uint8 with zero point 128)
+    runs ONNX Runtime's uint8 x uint8 kernels, which widen to 16 bits: under Haswell's kernels its
+    layer equals the int8 form's on exact kernels, where the int8 form's own products saturate."""
+    if qemu() is None:
+        pytest.skip("needs qemu-x86_64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)")
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((48, 32, 7)) / np.sqrt(32 * 7)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((1, 32, 50)).astype(np.float32)
+    graphs = {}
+    for form, unsigned in (("signed", False), ("unsigned", True)):
+        model = _one_layer("Conv", w, b, dilations=[3])
+        quantize_vocoder(model, unsigned=unsigned)
+        graphs[form] = tmp_path / f"{form}.onnx"
+        onnx.save(model, str(graphs[form]))
+    exact = run_graph(graphs["signed"], {"x": x}, exact_cpu(), tmp_path / "exact")
+    widened = run_graph(graphs["unsigned"], {"x": x}, SATURATING, tmp_path / "widened")
+    saturated = run_graph(graphs["signed"], {"x": x}, SATURATING, tmp_path / "saturated")
+    np.testing.assert_allclose(widened, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+    assert np.abs(saturated - exact).max() > 0.01 * np.abs(exact).max()
+
+
 @pytest.mark.parametrize("op, shape, attrs", [
     ("Conv", (8, 1, 7), {"group": 8}),  # depthwise
     ("Conv", (1, 8, 7), {}),  # to one channel

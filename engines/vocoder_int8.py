@@ -70,8 +70,8 @@ def quantize_vocoder(model: onnx.ModelProto, data_dir: Path = Path(), unsigned: 
     returns counts of what was done. `unsigned`: the weights as uint8 (the int8 values + 128, zero
     point 128), which ONNX Runtime multiplies with its uint8 x uint8 kernels: on x86 without VNNI
     they widen both sides to 16 bits (pmaddwd into 32-bit sums), exact where the uint8 x int8 ones
-    saturate. The same values and PCM as the signed form; measured in scripts/bench/vocoder.py
-    (`--unsigned`), not an artifact form."""
+    saturate. The same values and PCM as the signed form; a form scripts/bench/vocoder.py measures,
+    not one an artifact holds (docs/dev/performance.md says why)."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     stats: Counter[str] = Counter()
@@ -134,11 +134,10 @@ def _product(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir:
     name, out = node.name or node.output[0], node.output[0]
     n = w.shape[1] // stride
     q, scale = quantize_columns(w)
-    made = [helper.make_tensor(f"{name}__w8", TensorProto.INT8, q.shape, q.tobytes(), raw=True),
-            numpy_helper.from_array(scale, f"{name}__wscale")]
+    stored = (q.astype(np.int16) + 128).astype(np.uint8) if unsigned else q
+    made = [numpy_helper.from_array(stored, f"{name}__w8"), numpy_helper.from_array(scale, f"{name}__wscale")]
     weight_zero = []
     if unsigned:
-        made[0] = numpy_helper.from_array((q.astype(np.int16) + 128).astype(np.uint8), f"{name}__w8")
         made.append(numpy_helper.from_array(np.array(128, np.uint8), f"{name}__wzero"))
         weight_zero = [f"{name}__wzero"]
 

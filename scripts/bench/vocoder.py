@@ -15,8 +15,8 @@ per operator type of a batch-1 window. Every call starts from the same state (a 
 against its int8 form (`edged-engines quantize --vocoder int8`, engines/vocoder_int8.py), made from
 the fp32 artifact into the same cache, and against the same int8 values with uint8 weights (zero
 point 128: ONNX Runtime's uint8 x uint8 kernels, exact on x86 without VNNI; a bench form, written
-beside the int8 vocoder as vocoder_int8_unsigned.onnx): one random utterance of 24 frames streamed in windows of
-`--frames` through each in turn, round after round: ms per frame, the int8 PCM's signal-to-noise
+beside the int8 vocoder as vocoder_int8_unsigned.onnx): one random utterance of 24 frames streamed
+in windows of `--frames` through each in turn, round after round: ms per frame, the int8 PCM's signal-to-noise
 ratio against the fp32 PCM, and the int8 window profiled by operator.
 """
 

@@ -97,7 +97,7 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _rewrite(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path, unsigned: bool = False):
+def _rewrite(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path, unsigned: bool):
     """(initializers, nodes, parameters) replacing `node`, or None when it stays as it is."""
     if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2 or node.input[1] not in inits:
         return None
@@ -128,7 +128,7 @@ def _taps(k: int, dilation: int) -> list[tuple[int, int]]:
 
 
 def _product(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], data_dir: Path, w: np.ndarray,
-             taps: list[tuple[int, int]] | None, stride: int, unsigned: bool = False):
+             taps: list[tuple[int, int]] | None, stride: int, unsigned: bool):
     """The nodes of node's output = its input's columns (taps: a conv's; None: a ConvTranspose's frame
     and the one before) @ w [K, N'] in 8 bits, + bias, back to [B, N, T]."""
     name, out = node.name or node.output[0], node.output[0]

@@ -11,19 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cpuinfo import cpuinfo_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "scripts" / "bench" / "as_cpu.py"
 
 
-def _flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-pytestmark = pytest.mark.skipif(platform.machine() != "x86_64" or "cpuid_fault" not in _flags(),
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64" or "cpuid_fault" not in cpuinfo_flags(),
                                 reason="needs an x86-64 CPU with CPUID faulting (/proc/cpuinfo flag cpuid_fault)")
 
 PROBE = "import json; from edged.cpu import this_cpu; print(json.dumps(this_cpu().to_json()))"

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.cpuinfo import cpuinfo_flags
 from support.emulated import EXACT, SATURATING, qemu
 
 from edged.artifact import load_artifact
@@ -28,11 +29,7 @@ does not save, as our XGETBV check does)."""
 def test_the_probe_reads_what_the_kernel_reads_on_this_cpu():
     if "EDGED_CPUID_CLEAR" in os.environ:
         pytest.skip("CPUID is masked (scripts/bench/as_cpu.py): the kernel's flags are the host's")
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+    flags = cpuinfo_flags()
     cpu = this_cpu()
     assert {f for f in FLAGS if f in cpu.features} == {f for f, flag in FLAGS.items() if flag in flags}
     assert ("avx512_core" in cpu.features) == ({"avx512bw", "avx512dq", "avx512vl"} <= flags)

@@ -11,10 +11,10 @@ only: `cpuid_mask.c`, built here with the system's C compiler and preloaded, tur
 KVM guests) and answers each CPUID with the class's missing features cleared. The command then runs
 the class's kernels at this CPU's clock, caches and memory: it shows what the kernels cost, side by
 side with this CPU's own, not what a CPU of that class would take (its memory and clocks differ).
-It keeps this CPU's vendor and cache leaves, so libraries that choose by vendor (MKL's and
-OpenBLAS's AMD paths, under torch and numpy) still take this vendor's. Answering CPUID as an AMD
-part is not faithful: with the vendor string and family changed and the other leaves still Intel's,
-torch's CPU decode of the tiny codec came out wrong (0.56 from ONNX Runtime's).
+It keeps this CPU's vendor, so libraries that choose by vendor (MKL's and OpenBLAS's AMD paths,
+under torch and numpy) still take this vendor's. It does not answer as another vendor: the cache and
+topology leaves would stay this vendor's, and libraries reading them as the other's compute wrong
+(torch's CPU decode of the tiny codec did, tried once).
 qemu-user (tests/support/emulated.py) reports the same features but emulates every instruction.
 The command's own SIGSEGV handler (Python's faulthandler: pytest, `edged serve`) still gets every
 fault that is not a CPUID, so whole suites and the daemon run under it:

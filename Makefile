@@ -38,7 +38,8 @@ system-deps:
 
 # The suite in two parts: everything but the audio tests on TEST_WORKERS pytest-xdist workers (a
 # module per worker; the tiny artifacts built once, tests/support/built_once.py), then the audio tests
-# alone, one at a time: they are paced by JACK's clock on a machine nothing else of the suite loads.
+# on as many workers of their own (each module its own jackd): they are paced by JACK's clock, mostly
+# waiting on it, so they run beside each other but never beside the first part's exports.
 # It starts with the CPU (the suite's time differs by class: docs/dev/tests.md), and each part ends
 # with its slowest tests (--durations): where the time goes on this machine's CPU.
 # Both parts always run; the target fails if either did.
@@ -46,7 +47,7 @@ TEST_WORKERS ?= 2
 test: system-deps install-dev
 	@$(BIN)/python -c 'import os; from edged.cpu import this_cpu; print(f"cpu: {this_cpu().line()}, {len(os.sched_getaffinity(0))} cores")'
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 --ignore=tests/audio; cpu=$$?; \
-	$(BIN)/python -m pytest -q --durations=10 tests/audio; audio=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests/audio; audio=$$?; \
 	test $$cpu -eq 0 -a $$audio -eq 0
 
 lint: install-dev

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.loops import run_until_idle
 
 from edged import protocol as wire
 from edged.artifact import load_artifact
@@ -21,14 +22,6 @@ def make_loop(builtin_artifact, backend, vocoder_threads: int = 0, chunk_frames:
     core.preallocate()
     clients = ClientReplies(lambda c, m, p: replies.append((c, m)), core.artifact.sample_rate, core.window_samples)
     return CohortLoop(core, clients, **kwargs), replies
-
-
-def run_until_idle(loop, limit=2000):
-    for _ in range(limit):
-        loop.iteration()
-        if not loop.scheduler.by_key and loop.inbox.empty():
-            return
-    raise AssertionError("loop did not go idle")
 
 
 @pytest.mark.parametrize("vocoder_threads", [0, 1])

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from support.loops import run_until_idle
 
 from edged import protocol as wire
 from edged.artifact import load_artifact
@@ -120,8 +121,7 @@ def test_text_for_unknown_finished_or_closed_streams_gets_an_error(loop):
                                               max_frames=3), play=False))
     loop.inbox.put(MoreText(b"c", "st", " text.", final=True))
     loop.inbox.put(MoreText(b"c", "st", " too late"))
-    for _ in range(50):
-        loop.iteration()
+    run_until_idle(loop, limit=50)
     errors = [(m.id, m.reason) for m in loop.replies if isinstance(m, wire.Error)]
     assert errors == [("nobody", "text: no speak with id 'nobody' is in flight"),
                       ("whole", "text: speak 'whole' was not sent with more_text"),
@@ -134,7 +134,6 @@ def test_an_empty_stream_ends_with_an_error(loop):
     loop.replies.clear()
     loop.inbox.put(Submit(b"c", SpeechRequest("e", "", more_text=True), play=False))
     loop.inbox.put(MoreText(b"c", "e", "   ", final=True))
-    for _ in range(20):
-        loop.iteration()
+    run_until_idle(loop, limit=20)
     (done,) = [m for m in loop.replies if isinstance(m, wire.Done)]
     assert (done.reason, done.error, done.report["frames"]) == ("error", "text is empty", 0)

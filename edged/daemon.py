@@ -84,6 +84,7 @@ class Daemon:
             self.watchdog.stop()
             self.backend.close()  # engines and buffers, then (TensorRT) the CUDA context
             log.info("closed the %s backend", self.backend.name)
+        self._ignore_signals()
         log.info("stopped")
         return 0
 
@@ -353,3 +354,11 @@ class Daemon:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
+
+    def _ignore_signals(self) -> None:
+        """Stopped: what is left is the interpreter's exit, which puts back the default action of a
+        signal Python handles, so a repeated SIGTERM there would end the process by the signal
+        instead of exit 0. Ignored, it changes nothing."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import msgpack
 import pytest
@@ -39,6 +40,23 @@ def test_a_second_signal_exits_at_once(start_daemon):
         assert client.status()["state"] == "draining"
         daemon.proc.send_signal(15)
         assert daemon.proc.wait(timeout=10) == 0
+
+
+def test_signals_while_it_stops_change_nothing(start_daemon):
+    """A drained daemon exits 0 however many signals follow the first: a stop that repeats its
+    SIGTERM (a supervisor, a user's second Ctrl-C) while the process tears down is not death by the
+    signal. Signals go every 5 ms from the first until the process is gone, across its teardown
+    and the interpreter's exit (which puts back the default action of a signal Python handled)."""
+    daemon = start_daemon()
+    with Client(daemon.endpoint, timeout_s=60) as client:
+        utterance = client.speak("A short reply.", play=False, max_audio_ms=800)
+        utterance.wait()
+    sent = 0
+    while daemon.proc.poll() is None:
+        daemon.proc.send_signal(15)
+        sent += 1
+        time.sleep(0.005)
+    assert daemon.proc.returncode == 0 and sent >= 2, (daemon.proc.returncode, sent)
 
 
 def test_say_exit_codes_and_cancel(start_daemon):

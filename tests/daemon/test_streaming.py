@@ -195,7 +195,7 @@ def test_sigterm_drains_an_open_stream(start_daemon):
         daemon.proc.send_signal(15)
         done = stream.wait()
     assert done.reason == "cancelled"
-    assert daemon.terminate() == 0
+    assert daemon.proc.wait(timeout=30) == 0
 
 
 def test_say_dash_speaks_standard_input_as_it_comes(start_daemon, tmp_path):

@@ -47,6 +47,7 @@ from edged.server.curve import CurveError, load_server_keys, start_authenticator
 from edged.server.events import Events
 from edged.server.replies import ClientReplies
 from edged.server.router import REPLIES, Server
+from edged.stopped import ignore_stop_signals
 from edged.systemd import BootProgress, Notifier, Watchdog
 from edged.voices.service import Limits, VoiceBook, VoiceService, builtin_voices
 from edged.voices.store import VoiceStore
@@ -84,7 +85,7 @@ class Daemon:
             self.watchdog.stop()
             self.backend.close()  # engines and buffers, then (TensorRT) the CUDA context
             log.info("closed the %s backend", self.backend.name)
-        self._ignore_signals()
+        ignore_stop_signals()
         log.info("stopped")
         return 0
 
@@ -355,10 +356,3 @@ class Daemon:
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
 
-    def _ignore_signals(self) -> None:
-        """Stopped: what is left is the interpreter's exit, which puts back the default action of a
-        signal Python handles, so a repeated SIGTERM there would end the process by the signal
-        instead of exit 0. Ignored, it changes nothing."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)

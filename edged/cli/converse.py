@@ -11,6 +11,7 @@ from pathlib import Path
 
 from edged.converse.loop import Converse, Settings
 from edged.locate import NoDaemon
+from edged.stopped import ignore_stop_signals
 
 
 def add_parser(commands) -> None:
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"edged converse: listening (session {settings.session!r}"
               + (f", wake phrase {settings.wake!r}" if settings.wake else "") + "); Ctrl-C stops", flush=True)
         converse.run(stop)
+        ignore_stop_signals()
     except (ValueError, NoDaemon, ConnectionError, TimeoutError) as exc:
         print(f"edged converse: {exc}", file=sys.stderr)
         return 2

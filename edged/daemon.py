@@ -355,4 +355,3 @@ class Daemon:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handle)
             signal.signal(signal.SIGINT, handle)
-

@@ -3,7 +3,8 @@
     boot:  config -> CURVE (tcp://: the certificate, the authenticator) -> artifact -> engines +
            preallocate (prints what it claimed) -> warm up -> event socket -> PortAudio (a library
            that cannot load is a warning: no speaker, no microphone) -> speaker (a missing device is
-           retried in the background) -> bind the socket -> READY=1
+           retried in the background) -> bind the socket -> freeze what boot made out of the
+           garbage collector's full collections (edged/collector.py) -> READY=1
     serve: the cohort loop on this (main) thread; the socket on its own thread; WATCHDOG=1 only
            while the loop makes progress
     drain: SIGTERM -> STOPPING=1, stop admitting, let in-flight requests finish until the drain
@@ -32,6 +33,7 @@ from edged.audio.scheduling import audio_threads
 from edged.audio.speaker import Speaker
 from edged.backends import make_backend
 from edged.clone import VoiceEncoder, can_clone
+from edged.collector import freeze_boot
 from edged.config import Config, ConfigError
 from edged.core import Core
 from edged.cpu import this_cpu
@@ -147,6 +149,7 @@ class Daemon:
             self.history.start()
         if self.voices is not None:
             self.voices.start()
+        log.info("froze %d objects from boot out of the garbage collector's full collections", freeze_boot())
         log.info("serving %s on %s (artifact %s, max_batch %d, %d CUDA graphs, boot %.2f s)", artifact.family,
                  cfg.endpoint, artifact.path, artifact.max_batch, self.backend.graphs(), time.monotonic() - t0)
         boot.done()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edged.collector import collector_status
 from edged.cpu import this_cpu
 from edged.families.model import describe
 
@@ -65,4 +66,5 @@ def status(loop: CohortLoop) -> dict[str, Any]:
         "history": loop.around.history(),
         "voices": loop.around.voices(),
         "events": loop.around.events,
+        "collector": collector_status(),
     }

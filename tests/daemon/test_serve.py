@@ -295,3 +295,13 @@ def test_an_unknown_language_is_refused_naming_every_language_status_lists(share
         assert str(refused.value).endswith(f"(known: {', '.join(['auto', *languages])})"), refused.value
         for language in languages:
             assert client.speak("Hello.", play=False, language=language, max_audio_ms=80).wait().reason == "length"
+
+
+def test_what_boot_made_is_frozen_out_of_full_collections(shared_daemon):
+    """status.collector: the daemon froze its boot objects (the tiny artifact's are tens of
+    thousands), so a full collection on the step path walks only what came after them."""
+    with Client(shared_daemon.endpoint) as client:
+        client.speak("Hello there.", play=False, max_audio_ms=160).wait()
+        collector = client.status()["collector"]
+    assert collector["frozen"] > 10_000, collector
+    assert isinstance(collector["full_collections"], int) and collector["full_collections"] >= 1, collector

@@ -12,7 +12,8 @@
 #   curl                            the README's front-door recipe (tests/test_recipes.py runs it)
 #   libspeexdsp1                    speexdsp's echo canceller, which scripts/bench/echo.py measures edged's against
 #   qemu-user                       qemu-x86_64 -cpu MODEL: ONNX Runtime's 8-bit kernels of other x86 CPUs (the int8
-#                                   vocoder's saturating AVX2 path and the exact SSE one: tests/engines/test_vocoder_int8.py)
+#                                   vocoder's saturating AVX2 path and the exact SSE one: tests/engines/test_vocoder_int8.py);
+#                                   qemu-aarch64: its ARM64 kernels (tests/engines/test_vocoder_arm64.py)
 #
 # As root: installs what is missing (apt-get update + install, no prompts; nothing to do when all
 # is present). Not root: exits 0 if everything is present, else lists what is missing and exits 1.

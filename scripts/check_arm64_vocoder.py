@@ -6,8 +6,9 @@ environment's numpy and onnxruntime, and streams the same frames through both vo
     python scripts/check_arm64_vocoder.py [--qemu qemu-aarch64] [--cpus CPU ...] [--sysroot .cache/arm64]
 
 Setup, once, into `--sysroot` (nothing is installed on the host): the aarch64 Python 3.11 and its
-libraries from Debian's archive (`apt-get download` with arm64 added for that download only, unpacked
-with `dpkg -x`), and the aarch64 wheels (`pip download --platform`). Then: the built-in tiny
+libraries from Debian 12's archive, through the host's apt sources (so a Debian 12 host: `apt-get
+download` with arm64 added for that download only, unpacked with `dpkg -x`), and the aarch64 wheels
+(`pip download --platform`). Then: the built-in tiny
 artifact's int8 twin (`quantize --vocoder int8`), 24 greedy frames of one sentence and their PCM
 through the fp32 vocoder on this CPU, and per emulated CPU the int8 and the fp32 graphs streamed in
 windows of 4 (tests/support/emulated.py as the child), each PCM's SNR against this CPU's fp32 PCM;

@@ -30,8 +30,9 @@ EXPECTED = {"cortex-a57": ("neon", "fp32"), "cortex-a76": ("neon-dot", "int8"), 
 def _why_not() -> str | None:
     if platform.machine() != "x86_64" or shutil.which("qemu-aarch64") is None:
         return "needs qemu-aarch64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)"
-    if not Path("/etc/debian_version").exists():
-        return "needs Debian's archive for the aarch64 Python (scripts/check_arm64_vocoder.py)"
+    release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    if (release.get("ID"), release.get("VERSION_ID", "").strip('"')) != ("debian", "12"):
+        return "needs Debian 12's archive, which serves the aarch64 Python 3.11 (scripts/check_arm64_vocoder.py)"
     if arm64.qemu_major("qemu-aarch64")[0] < 8 and os.geteuid() != 0:
         return "qemu before 8 needs root here: each guest gets an ARM64 /proc/cpuinfo in a mount namespace"
     return None

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from edged.artifact.manifest import VOCODER_INT8
+from edged.artifact.manifest import VOCODER_INT8, VOCODER_UINT8
 from engines.experts import gathered_stacks, quantize_stacks
 from engines.fp16 import convert_artifact
 from engines.onnx_data import read_initializer, rewrite_file, set_nodes
@@ -152,6 +152,8 @@ def quantize_file(path: Path, out: Path, weight_form: WeightForm) -> dict[str, i
 
 
 INT8_VOCODER_FILE = "vocoder_int8.onnx"
+UINT8_VOCODER_FILE = "vocoder_uint8.onnx"
+"""The int8 vocoder's twin with its weights as uint8, for CPUs whose uint8 x int8 products saturate."""
 
 
 def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "cpu",
@@ -192,8 +194,10 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
             stats[role] = quantize_file(artifact.file(role), out / graph.file, weight_form)
         elif (out / graph.file).resolve() != artifact.file(role).resolve():
             _copy_graph(artifact.file(role), out / graph.file)
-        if role == "vocoder" and vocoder is not None:  # the int8 twin beside the fp32 graph
+        if role == "vocoder" and vocoder is not None:  # the int8 twins beside the fp32 graph
             stats[role] = rewrite_file(artifact.file(role), out / INT8_VOCODER_FILE, quantize_vocoder)
+            rewrite_file(artifact.file(role), out / UINT8_VOCODER_FILE,
+                         lambda model, data_dir: quantize_vocoder(model, data_dir, unsigned=True))
     for name in artifact.files.values():
         if (out / name).resolve() != (src / name).resolve():
             shutil.copy(src / name, out / name)
@@ -201,8 +205,9 @@ def quantize_artifact(src: Path, out: Path, weights: str | None, target: str = "
     if weight_form is not None:
         made = replace(made, weights=weights, weight_block=weight_form.block, weight_target=target)
     if vocoder is not None:
-        twin = replace(artifact.graphs["vocoder"], file=INT8_VOCODER_FILE)
-        made = replace(made, vocoder_weights=vocoder, graphs={**made.graphs, VOCODER_INT8: twin})
+        fp32 = artifact.graphs["vocoder"]
+        twins = {VOCODER_INT8: replace(fp32, file=INT8_VOCODER_FILE), VOCODER_UINT8: replace(fp32, file=UINT8_VOCODER_FILE)}
+        made = replace(made, vocoder_weights=vocoder, graphs={**made.graphs, **twins})
     (out / "artifact.json").write_text(json.dumps(made.to_json(), indent=2) + "\n")
     return stats
 

@@ -14,9 +14,12 @@ and each upsampling ConvTranspose (kernel 2 x stride) becomes one matrix product
 
 The taps are gathered in uint8 (a quarter of fp32's bytes), and ONNX Runtime fuses the tail into
 MatMulIntegerToFloat, whose uint8 x int8 kernels use VNNI where the CPU has it. Without VNNI, x86's
-kernel sums pairs of products into 16 bits with saturation and the PCM is wrong: the rewritten graph is
-written beside the fp32 one (`vocoder_int8.onnx`), and the runtime runs it only where the CPU's 8-bit
-products are exact and fast (edged/vocoder/form.py). Weights are symmetric
+kernel sums pairs of products into 16 bits with saturation and the PCM is wrong. So the rewritten
+graph is written beside the fp32 one twice: `vocoder_int8.onnx`, and `vocoder_uint8.onnx` with the
+same values stored as uint8 (zero point 128), which ONNX Runtime multiplies with its uint8 x uint8
+kernels: without VNNI they widen both sides to 16 bits (pmaddwd into 32-bit sums) and are exact.
+The runtime runs the one whose products are exact and faster than fp32 on the CPU
+(edged/vocoder/form.py). Weights are symmetric
 int8 per output channel; activations are asymmetric uint8 with one scale per call, so a call's members
 share a scale: the daemon decodes one member per call. Depthwise convs (the ConvNeXt blocks), 1-channel
 outputs (the last conv) and everything else stay fp32. TensorRT 10.3 has no dynamic quantization: an
@@ -70,8 +73,7 @@ def quantize_vocoder(model: onnx.ModelProto, data_dir: Path = Path(), unsigned: 
     returns counts of what was done. `unsigned`: the weights as uint8 (the int8 values + 128, zero
     point 128), which ONNX Runtime multiplies with its uint8 x uint8 kernels: on x86 without VNNI
     they widen both sides to 16 bits (pmaddwd into 32-bit sums), exact where the uint8 x int8 ones
-    saturate. The same values and PCM as the signed form; a form scripts/bench/vocoder.py measures,
-    not one an artifact holds (docs/dev/performance.md says why)."""
+    saturate. The same values and PCM as the signed form (an artifact's `vocoder_uint8`)."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     stats: Counter[str] = Counter()

@@ -79,28 +79,41 @@ def test_the_arm64_kernel_is_the_one_mlas_picks(features, kernel):
     assert classify_arm64(features) == kernel
 
 
-@pytest.mark.parametrize("kernel, weights, why", [
-    ("avx512-vnni", "int8", "avx512-vnni 8-bit products on this CPU"),
-    ("avx-vnni", "int8", "avx-vnni 8-bit products on this CPU"),
-    ("amx", "int8", "amx 8-bit products on this CPU"),
-    ("neon-dot", "int8", "neon-dot 8-bit products on this CPU"),
-    ("neon-i8mm", "int8", "neon-i8mm 8-bit products on this CPU"),
-    ("avx2", "fp32", "the int8 vocoder is not run: this CPU's uint8 x int8 products (avx2, no VNNI) saturate 16-bit sums"),
-    ("avx512", "fp32", "the int8 vocoder is not run: this CPU's uint8 x int8 products (avx512, no VNNI) saturate "
-                       "16-bit sums"),
-    ("neon", "fp32", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (neon), so int8 "
-                     "is no faster than fp32"),
-    ("sse", "fp32", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (sse), so int8 "
-                    "is no faster than fp32"),
+SATURATES = "this CPU's uint8 x int8 products ({}, no VNNI) saturate 16-bit sums"
+
+
+@pytest.mark.parametrize("kernel, role, why", [
+    ("avx512-vnni", "vocoder_int8", "avx512-vnni 8-bit products on this CPU"),
+    ("avx-vnni", "vocoder_int8", "avx-vnni 8-bit products on this CPU"),
+    ("amx", "vocoder_int8", "amx 8-bit products on this CPU"),
+    ("neon-dot", "vocoder_int8", "neon-dot 8-bit products on this CPU"),
+    ("neon-i8mm", "vocoder_int8", "neon-i8mm 8-bit products on this CPU"),
+    ("avx2", "vocoder_uint8", "uint8 weights: " + SATURATES.format("avx2") + ", its uint8 x uint8 ones do not"),
+    ("avx512", "vocoder_uint8", "uint8 weights: " + SATURATES.format("avx512") + ", its uint8 x uint8 ones do not"),
+    ("neon", "vocoder", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (neon), so int8 "
+                        "is no faster than fp32"),
+    ("sse", "vocoder", "the int8 vocoder is not run: this CPU has no 8-bit dot-product instructions (sse), so int8 "
+                       "is no faster than fp32"),
 ])
-def test_each_cpu_class_runs_the_vocoder_form_that_is_right_and_fast_there(builtin_artifact, kernel, weights, why):
-    from edged.vocoder.form import choose_vocoder
+def test_each_cpu_class_runs_the_vocoder_form_that_is_right_and_fast_there(builtin_artifact, kernel, role, why):
+    from edged.vocoder.form import VocoderForm, choose_vocoder
 
     cpu = Cpu("a CPU", "x86_64", (), kernel)
-    int8 = replace(load_artifact(builtin_artifact), vocoder_weights="int8")
+    fp32 = load_artifact(builtin_artifact)
+    twins = {twin: replace(fp32.graphs["vocoder"], file=f"{twin}.onnx") for twin in ("vocoder_int8", "vocoder_uint8")}
+    int8 = replace(fp32, vocoder_weights="int8", graphs={**fp32.graphs, **twins})
     form = choose_vocoder(int8, "onnxruntime", cpu)
-    assert (form.weights, form.role, form.why) == (weights, "vocoder_int8" if weights == "int8" else "vocoder", why)
+    weights = "fp32" if role == "vocoder" else "int8"
+    assert (form.weights, form.role, form.why) == (weights, role, why)
     assert form.line() == f"vocoder: {weights} ({why})"
-    assert choose_vocoder(load_artifact(builtin_artifact), "onnxruntime", cpu).role == "vocoder"
+    assert choose_vocoder(fp32, "onnxruntime", cpu).role == "vocoder"
+    # an int8 artifact quantized before the uint8 twin: the saturating classes run its fp32 vocoder
+    older = replace(int8, graphs={**fp32.graphs, "vocoder_int8": twins["vocoder_int8"]})
+    if role == "vocoder_uint8":
+        assert choose_vocoder(older, "onnxruntime", cpu) == VocoderForm(
+            "fp32", "vocoder", f"the int8 vocoder is not run: {SATURATES.format(kernel)}, and this artifact has no uint8 "
+                               f"form of it (quantize its fp32 source again)")
+    else:
+        assert choose_vocoder(older, "onnxruntime", cpu) == form
     trt = choose_vocoder(int8, "tensorrt", cpu)
     assert (trt.weights, trt.why) == ("fp32", "the int8 vocoder is ONNX Runtime's CPU form; tensorrt runs the fp32 one")

@@ -25,6 +25,10 @@ WEIGHT_TARGETS = ("cpu", "jetson")
 VOCODER_WEIGHTS = ("fp32", "int8")
 VOCODER_INT8 = "vocoder_int8"
 """The graph of the int8 vocoder, beside the fp32 `vocoder` (vocoder_weights int8)."""
+VOCODER_UINT8 = "vocoder_uint8"
+"""The int8 vocoder's values stored as uint8 (zero point 128), beside it: the form for CPUs whose
+uint8 x int8 products saturate (edged/vocoder/form.py). Artifacts quantized before it have none."""
+VOCODER_TWINS = (VOCODER_INT8, VOCODER_UINT8)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,8 @@ class Manifest:
     vocoder_weights: str = "fp32"
     """The vocoder forms: fp32 (the `vocoder` graph alone), or int8: a `vocoder_int8` graph beside it whose
     convolutions are dynamically quantized 8-bit products (ONNX Runtime's form only: engines/vocoder_int8.py),
-    run where the CPU's 8-bit products are exact and fast (edged/vocoder/form.py)."""
+    and its `vocoder_uint8` twin (the same values as uint8), each run where the CPU's 8-bit products are
+    exact and fast (edged/vocoder/form.py)."""
 
     @property
     def frame_ms(self) -> float:
@@ -217,6 +222,9 @@ class Manifest:
                    else "names no 'tensors.vocoder_int8' graph: this artifact's vocoder.onnx is the int8 graph itself, "
                         "from an earlier edged-engines, with no fp32 vocoder for CPUs where int8 runs wrong; "
                         "quantize the fp32 artifact again (edged-engines quantize --vocoder int8)"))
+        if VOCODER_UINT8 in graphs and VOCODER_INT8 not in graphs:
+            raise ArtifactError("artifact.json: a 'tensors.vocoder_uint8' graph without 'tensors.vocoder_int8': "
+                                "the uint8 form is the int8 vocoder's twin")
         files = {}
         for role, name in files_raw.items():
             if role in graphs:

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from edged.artifact.manifest import VOCODER_INT8, ArtifactError, Dims, Manifest
+from edged.artifact.manifest import VOCODER_TWINS, ArtifactError, Dims, Manifest
 from edged.request import SpeechRequest
 from edged.talker.prompt import Lookup, Prompt
 from edged.talker.text import Streamed, TextStream
@@ -80,7 +80,7 @@ class Family(ABC):
         for role in self.graphs:
             if role not in m.graphs:
                 raise ArtifactError(f"artifact.json: missing key 'tensors.{role}' (with inputs and outputs lists)")
-        unknown = sorted(set(m.graphs) - set(self.graphs) - set(self.optional_graphs) - {VOCODER_INT8})
+        unknown = sorted(set(m.graphs) - set(self.graphs) - set(self.optional_graphs) - set(VOCODER_TWINS))
         if unknown:
             raise ArtifactError(f"artifact.json: graphs {unknown} are not known to family {self.name}")
         for role in self.files:
@@ -91,10 +91,12 @@ class Family(ABC):
                 raise ArtifactError(f"artifact.json: missing or non-integer key 'special.{key}'")
         if not m.graphs["vocoder"].state:
             raise ArtifactError("artifact.json: missing key 'tensors.vocoder.state' (the streaming vocoder's state list)")
-        twin, fp32 = m.graphs.get(VOCODER_INT8), m.graphs["vocoder"]
-        if twin is not None and (twin.inputs, twin.outputs, twin.state) != (fp32.inputs, fp32.outputs, fp32.state):
-            raise ArtifactError("artifact.json: 'tensors.vocoder_int8' must have the inputs, outputs and state of "
-                                "'tensors.vocoder' (the int8 vocoder stands in for it)")
+        fp32 = m.graphs["vocoder"]
+        for role in VOCODER_TWINS:
+            twin = m.graphs.get(role)
+            if twin is not None and (twin.inputs, twin.outputs, twin.state) != (fp32.inputs, fp32.outputs, fp32.state):
+                raise ArtifactError(f"artifact.json: 'tensors.{role}' must have the inputs, outputs and state of "
+                                    "'tensors.vocoder' (the int8 vocoder stands in for it)")
 
     def instruct_means(self, m: Manifest) -> str:
         """What a speak's `instruct` is to this artifact (`status.model.instruct_means`): "none" where

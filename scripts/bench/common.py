@@ -356,7 +356,8 @@ def variant(case: Case, weights: str = "fp32", agreeable: bool = False,
     if vocoder != "fp32":
         src, art = art, art.with_name(f"{art.name}-voc{vocoder}")
         notes.append(cached(art, f"{vocoder} vocoder", lambda out: quantize_artifact(src, out, None, vocoder=vocoder),
-                            unloadable))
+                            lambda out: unloadable(out) or (None if (out / "vocoder_uint8.onnx").is_file()
+                                                             else "no uint8 twin of its int8 vocoder")))
     return art, notes
 
 

@@ -14,10 +14,11 @@ per operator type of a batch-1 window. Every call starts from the same state (a 
 `--frames` frames into a stream), which is what a streaming window costs. Last, the fp32 vocoder
 against its int8 form (`edged-engines quantize --vocoder int8`, engines/vocoder_int8.py), made from
 the fp32 artifact into the same cache, and against the same int8 values with uint8 weights (zero
-point 128: ONNX Runtime's uint8 x uint8 kernels, exact on x86 without VNNI; a bench form, written
-beside the int8 vocoder as vocoder_int8_unsigned.onnx): one random utterance of 24 frames streamed
+point 128: ONNX Runtime's uint8 x uint8 kernels, exact on x86 without VNNI; the artifact's
+vocoder_uint8): one random utterance of 24 frames streamed
 in windows of `--frames` through each in turn, round after round: ms per frame, the int8 PCM's signal-to-noise
-ratio against the fp32 PCM, and the int8 window profiled by operator.
+ratio against the fp32 PCM, and a window of the int8 twin that runs on this CPU (the signed one where
+none does) profiled by operator.
 """
 
 from __future__ import annotations
@@ -88,19 +89,15 @@ def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) ->
     from edged.artifact import load_artifact
     from edged.backends.onnxruntime import OrtBackend
     from edged.vocoder.form import choose_vocoder
-    from engines.onnx_data import rewrite_file
-    from engines.vocoder_int8 import quantize_vocoder
 
     int8_path, notes = variant(case, vocoder="int8")
     print("\n".join(notes), flush=True)
     fp32, int8 = load_artifact(case.artifact), load_artifact(int8_path)
-    unsigned = int8_path / "vocoder_int8_unsigned.onnx"  # a bench form: uint8 weights (U8U8 kernels)
-    if not unsigned.exists():
-        rewrite_file(fp32.file("vocoder"), unsigned, lambda model, d: quantize_vocoder(model, d, unsigned=True))
     arts = {"fp32": fp32, "int8": int8, "int8, uint8 weights": int8}
     graphs = {"fp32": fp32.file("vocoder"), "int8": int8.file("vocoder_int8"),  # all, whatever runs here
-              "int8, uint8 weights": unsigned}
-    print(f"the daemon on this CPU: {choose_vocoder(arts['int8'], 'onnxruntime').line()}", flush=True)
+              "int8, uint8 weights": int8.file("vocoder_uint8")}
+    form = choose_vocoder(int8, "onnxruntime")
+    print(f"the daemon on this CPU: {form.line()}", flush=True)
     sessions = {form: OrtBackend(threads).load(path).session for form, path in graphs.items()}  # type: ignore[attr-defined]
     rng = np.random.default_rng(1)
     a = arts["fp32"]
@@ -118,9 +115,10 @@ def forms(case, threads: int, repeats: int, frames: int, utterance: int = 24) ->
         noise = np.linalg.norm(pcm["fp32"] - pcm[form])
         snr = "-" if form == "fp32" else f"{20 * np.log10(np.linalg.norm(pcm['fp32']) / noise):.1f} dB"
         print(f"| {form} | {float(np.median(ms[1:])):.2f} | {snr} |")
-    ops = profile(graphs["int8"], threads, feeds(arts["int8"], 1, frames))
+    twin = form.role if form.role != "vocoder" else "vocoder_int8"  # the int8 twin that runs here, or the signed one
+    ops = profile(int8.file(twin), threads, feeds(int8, 1, frames))
     total = sum(ms for _, ms, _ in ops)
-    print(f"\nthe int8 vocoder, one batch-1 window of {frames} frames, profiled: {total:.1f} ms in kernels\n")
+    print(f"\nthe int8 vocoder ({twin}), one batch-1 window of {frames} frames, profiled: {total:.1f} ms in kernels\n")
     print("| operator | ms | nodes | share |\n|---|---|---|---|")
     for op, ms, n in ops[:8]:
         print(f"| {op} | {ms:.1f} | {n} | {100 * ms / total:.1f} % |")

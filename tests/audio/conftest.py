@@ -14,6 +14,7 @@ The module is skipped only when jackd is not installed (CI installs jackd2).
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,17 +41,46 @@ class JackServer:
     name: str
     rate: int
     period: int
+    log: Path
+    """jackd's output."""
+
+
+SWITCH_S = 0.0005
+"""The interpreter's thread switch interval in this process while the audio tests run (Python's default
+is 5 ms): the rigs' JACK callbacks (support/patchbay.py, support/room_rig.py) run Python in this
+process, in parallel where the graph allows, and a callback waiting on another thread for the GIL
+would wait up to the interval, half of a 10.7 ms cycle; jackd named the patchbay the late client
+of most xruns on a 2-core AMD Zen 3."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def a_rig_that_keeps_its_deadlines():
+    """The test process as an audio process keeps itself: what it made before the audio tests frozen out
+    of the garbage collector's full collections (which would hold the GIL, and so the rigs' callbacks,
+    for tens of ms over a test session's heap: edged/collector.py does the same for the daemon), and
+    the GIL handed over at SWITCH_S."""
+    gc.collect()
+    gc.freeze()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
+    yield
+    sys.setswitchinterval(switch)
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="module")
-def jack_server():
+def jack_server(tmp_path_factory):
     """A jackd dummy server (RATE, PERIOD) named for this session, real-time where it may be (jackd -R:
-    as a device's audio server, it and its clients' threads outrank the daemon's audio threads)."""
+    as a device's audio server, it and its clients' threads outrank the daemon's audio threads). Its
+    output goes to a file, never to a pipe nobody reads (a full pipe would stall the server's
+    writes); each xrun's line there names the client that was late."""
     if shutil.which("jackd") is None:
         pytest.skip("jackd is not installed (scripts/install-system-deps.sh installs jackd2)")
     name = f"edged-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "JACK_NO_AUDIO_RESERVATION": "1"}
-    proc = jackd.start(name, RATE, PERIOD, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path_factory.mktemp("jackd") / "jackd.log"
+    with open(log, "w") as out:
+        proc = jackd.start(name, RATE, PERIOD, env=env, stdout=out, stderr=subprocess.STDOUT)
     os.environ["JACK_DEFAULT_SERVER"] = name
     os.environ["JACK_NO_AUDIO_RESERVATION"] = "1"
     os.environ["JACK_NO_START_SERVER"] = "1"
@@ -60,7 +91,7 @@ def jack_server():
     deadline = time.monotonic() + 10
     while client is None:
         if proc.poll() is not None:
-            pytest.fail(f"jackd exited with {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}")
+            pytest.fail(f"jackd exited with {proc.returncode}: {log.read_text()[-4000:]}")
         try:
             client = jack.Client("edged-probe", no_start_server=True, servername=name)
         except jack.JackError:
@@ -71,7 +102,7 @@ def jack_server():
     assert client.samplerate == RATE and client.blocksize == PERIOD
     client.close()
     jack.set_error_function(None)
-    yield JackServer(name, RATE, PERIOD)
+    yield JackServer(name, RATE, PERIOD, log)
     proc.terminate()
     try:
         proc.wait(5)

@@ -106,8 +106,8 @@ def test_a_rewritten_layer_runs_on_onnx_runtime_within_8_bit_error(op, shape, at
 
 
 def test_uint8_weights_give_the_exact_products_where_int8_weights_saturate(tmp_path):
-    """The bench form (quantize_vocoder(unsigned=True): the same values as uint8 with zero point 128)
-    runs ONNX Runtime's uint8 x uint8 kernels, which widen to 16 bits: under Haswell's kernels its
+    """The uint8 twin's form (quantize_vocoder(unsigned=True): the same values as uint8 with zero point
+    128) runs ONNX Runtime's uint8 x uint8 kernels, which widen to 16 bits: under Haswell's kernels its
     layer equals the int8 form's on exact kernels, where the int8 form's own products saturate."""
     if qemu() is None:
         pytest.skip("needs qemu-x86_64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)")
@@ -155,22 +155,25 @@ def _speak(artifact, backend):
 
 def test_an_int8_vocoder_artifact_keeps_its_fp32_vocoder_and_speaks_the_same_frames(int8_vocoder, builtin_artifact,
                                                                                     backend, tmp_path):
-    """Both graphs are there, the fp32 one unchanged; on this CPU the daemon's rule picks one
-    (edged/vocoder/form.py); the twin's PCM meets the bound on exact 8-bit kernels, whatever this CPU's."""
+    """The three graphs are there, the fp32 one unchanged; on this CPU the daemon's rule picks one
+    (edged/vocoder/form.py); the int8 twin's PCM meets the bound on exact 8-bit kernels, whatever this CPU's."""
     out, stats = int8_vocoder
     artifact = load_artifact(out)
     assert (artifact.vocoder_weights, artifact.weights, artifact.precision) == ("int8", "fp32", "fp32")
     assert set(stats) == {"vocoder"} and stats["vocoder"]["Conv"] > 0 and stats["vocoder"]["ConvTranspose"] > 0
     manifest = json.loads((out / "artifact.json").read_text())
     assert manifest["model"]["vocoder_weights"] == "int8"
-    assert (manifest["files"]["vocoder"], manifest["files"]["vocoder_int8"]) == ("vocoder.onnx", "vocoder_int8.onnx")
+    files = [manifest["files"][role] for role in ("vocoder", "vocoder_int8", "vocoder_uint8")]
+    assert files == ["vocoder.onnx", "vocoder_int8.onnx", "vocoder_uint8.onnx"]
     assert (out / "vocoder.onnx").read_bytes() == (builtin_artifact / "vocoder.onnx").read_bytes()
-    assert artifact.graphs["vocoder_int8"].state == artifact.graphs["vocoder"].state
+    assert artifact.graphs["vocoder_int8"].state == artifact.graphs["vocoder_uint8"].state == artifact.graphs["vocoder"].state
     fp32, here = _speak(load_artifact(builtin_artifact), backend), _speak(artifact, backend)
     assert np.array_equal(fp32.frames, here.frames)
     assert fp32.pcm.shape == here.pcm.shape
     form = choose_vocoder(artifact, backend.name)
-    assert form.weights == ("int8" if this_cpu().int8_products in DOT and backend.name == "onnxruntime" else "fp32")
+    cpu = this_cpu()
+    runs_int8 = backend.name == "onnxruntime" and (cpu.int8_products in DOT or cpu.int8_saturates)
+    assert form.weights == ("int8" if runs_int8 else "fp32")
     if form.weights == "int8":
         assert snr_db(fp32.pcm, here.pcm) >= SNR_DB
     else:
@@ -179,17 +182,18 @@ def test_an_int8_vocoder_artifact_keeps_its_fp32_vocoder_and_speaks_the_same_fra
     assert snr_db(fp32.pcm[:pcm.shape[1]], pcm[0]) >= SNR_DB
 
 
-def _twin_pcm(artifact, frames: np.ndarray, cpu: str | None, work) -> np.ndarray:
-    """The int8 twin's PCM of `frames` [F, G], streamed in windows of 4 under `cpu` (emulated.py)."""
-    state = [(s.input, s.output, s.shape) for s in artifact.graphs["vocoder_int8"].state]
-    return stream_vocoder(artifact.file("vocoder_int8"), frames.T[None].astype(np.int64), state, 4, cpu, work)
+def _twin_pcm(artifact, frames: np.ndarray, cpu: str | None, work, twin: str = "vocoder_int8") -> np.ndarray:
+    """An int8 twin's PCM of `frames` [F, G], streamed in windows of 4 under `cpu` (emulated.py)."""
+    state = [(s.input, s.output, s.shape) for s in artifact.graphs[twin].state]
+    return stream_vocoder(artifact.file(twin), frames.T[None].astype(np.int64), state, 4, cpu, work)
 
 
-def test_on_a_cpu_whose_int8_products_saturate_the_daemon_runs_the_fp32_vocoder_and_says_so(int8_vocoder,
+def test_on_a_cpu_whose_int8_products_saturate_the_daemon_runs_the_uint8_twin_and_says_so(int8_vocoder,
                                                                                             builtin_artifact, tmp_path):
     """Haswell's kernels under qemu (AVX2, no VNNI: tests/support/emulated.py), from any x86 machine: the
-    int8 twin there is far below the bound (the rig reproduces the saturating path users met), and
-    `edged synth` on the int8 artifact names the fp32 vocoder and speaks its PCM."""
+    int8 twin there is far below the bound (the rig reproduces the saturating path users met), the
+    uint8 twin gives the exact kernels' PCM, and `edged synth` on the int8 artifact names the uint8
+    twin and speaks its PCM."""
     if qemu() is None:
         pytest.skip("needs qemu-x86_64 on an x86-64 host (scripts/install-system-deps.sh installs qemu-user)")
     out, _ = int8_vocoder
@@ -199,15 +203,17 @@ def test_on_a_cpu_whose_int8_products_saturate_the_daemon_runs_the_fp32_vocoder_
     assert snr_db(fp32.pcm[:saturated.shape[1]], saturated[0]) < SNR_DB - 5
     exact = _twin_pcm(artifact, fp32.frames, EXACT, tmp_path / "exact")
     assert snr_db(fp32.pcm[:exact.shape[1]], exact[0]) >= SNR_DB
+    widened = _twin_pcm(artifact, fp32.frames, SATURATING, tmp_path / "uint8", "vocoder_uint8")
+    assert snr_db(exact[0], widened[0]) >= FP32_SNR_DB  # the exact products, on the kernels that saturate int8
     wav = tmp_path / "haswell.wav"
     done = subprocess.run([qemu(), "-cpu", SATURATING, sys.executable, "-m", "edged", "synth", "--artifact", str(out),
                            "--text", TEXT, "--speaker", "vivian", "--greedy", "--max-frames", "24", "--out", str(wav)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert ("edged synth: vocoder: fp32 (the int8 vocoder is not run: this CPU's uint8 x int8 products (avx2, no VNNI) "
-            "saturate 16-bit sums)") in done.stderr
+    assert ("edged synth: vocoder: int8 (uint8 weights: this CPU's uint8 x int8 products (avx2, no VNNI) saturate "
+            "16-bit sums, its uint8 x uint8 ones do not)") in done.stderr
     pcm, _ = read_wav(wav)
-    assert snr_db(fp32.pcm, pcm) >= FP32_SNR_DB
+    assert SNR_DB <= snr_db(fp32.pcm, pcm) < FP32_SNR_DB  # within the int8 bound, and not the fp32 vocoder's PCM
 
 
 def test_the_int8_vocoder_is_refused_where_it_cannot_run(int8_vocoder, builtin_artifact, tmp_path, capsys):
@@ -246,7 +252,8 @@ def test_the_cli_quantizes_weights_and_vocoder_together(builtin_artifact, tmp_pa
                          "--vocoder", "int8"]) == 0
     later = load_artifact(tmp_path / "wv")
     assert (later.weights, later.vocoder_weights) == ("int4", "int8")
-    assert (tmp_path / "wv" / "vocoder_int8.onnx").read_bytes() == (tmp_path / "both" / "vocoder_int8.onnx").read_bytes()
+    for twin in ("vocoder_int8.onnx", "vocoder_uint8.onnx"):
+        assert (tmp_path / "wv" / twin).read_bytes() == (tmp_path / "both" / twin).read_bytes()
     with pytest.raises(SystemExit, match="edged-engines: .*wv: the vocoder is already int8"):
         engines_main(["quantize", "--artifact", str(tmp_path / "wv"), "--out", str(tmp_path / "again"), "--vocoder", "int8"])
 
@@ -269,6 +276,10 @@ def test_the_manifest_names_a_bad_vocoder_form(builtin_artifact, tmp_path, model
     (lambda m: m["model"].pop("vocoder_weights"), "'model.vocoder_weights' fp32 with a 'tensors.vocoder_int8' graph"),
     (lambda m: m["tensors"]["vocoder_int8"]["state"].pop(), "'tensors.vocoder_int8' must have the inputs, outputs and "
                                                              "state of 'tensors.vocoder'"),
+    (lambda m: m["tensors"]["vocoder_uint8"]["state"].pop(), "'tensors.vocoder_uint8' must have the inputs, outputs "
+                                                              "and state of 'tensors.vocoder'"),
+    (lambda m: (m["tensors"].pop("vocoder_int8"), m["files"].pop("vocoder_int8"), m["model"].pop("vocoder_weights")),
+     "a 'tensors.vocoder_uint8' graph without 'tensors.vocoder_int8': the uint8 form is the int8 vocoder's twin"),
 ])
 def test_the_manifest_names_an_int8_twin_that_does_not_fit(int8_vocoder, tmp_path, change, message):
     out, _ = int8_vocoder

@@ -35,7 +35,8 @@ def speaking_room(server: str, tmp: Path, room: Room, user: str, *, seconds: flo
     """A daemon booted with espeak-ng speech of FORECAST as its voice (looped to `seconds` of it when
     given: the stand-in plays its recording once from each reply's start), in `room` on JACK server
     `server`, through a RoomRig told the latency the daemon reports (`rig`: its other arguments), and
-    `user` (espeak-ng en-us+f2) ready to speak over it. `audio`: more [audio] config lines."""
+    `user` (espeak-ng en-us+f2) ready to speak over it. `audio`: more config lines, under [audio] (a
+    section header of their own starts another section)."""
     speech = at_voice_level(espeak(FORECAST, tmp))
     voice = tmp / "voice.npy"
     np.save(voice, speech if seconds is None else np.resize(speech, int(seconds * RATE)))

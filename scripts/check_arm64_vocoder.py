@@ -42,9 +42,10 @@ PACKAGES = ("libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libffi8", "libssl3", 
             "libsqlite3-0", "libuuid1", "libcrypt1", "python3.11-minimal", "libpython3.11-minimal",
             "libpython3.11-stdlib")
 BOUND_DB = 20.0
-"""The int8 vocoder's PCM against fp32's, at least (tests/engines/test_vocoder_int8.py's SNR_DB)."""
+"""The int8 vocoder's PCM against fp32's, at least (tests/support/emulated.py's SNR_DB)."""
 FP32_BOUND_DB = 40.0
-"""The fp32 vocoder's PCM on another CPU's kernels against this one's, at least (its FP32_SNR_DB)."""
+"""The fp32 vocoder's PCM on another CPU's kernels against this one's, at least
+(tests/engines/test_vocoder_int8.py's FP32_SNR_DB)."""
 CPUINFO = {  # what Linux shows in /proc/cpuinfo on each: MIDR variant and part, and the Features line
     "cortex-a57": ("0x1", "0xd07", "fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid"),
     "cortex-a76": ("0x4", "0xd0b", "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "

@@ -28,6 +28,8 @@ import numpy as np
 import pytest
 from support import jackd
 
+from edged.collector import freeze_boot
+
 jackd.clear_stale_state()  # now: this process has not been a JACK client yet
 
 RATE = 24000
@@ -59,8 +61,7 @@ def a_rig_that_keeps_its_deadlines():
     of the garbage collector's full collections (which would hold the GIL, and so the rigs' callbacks,
     for tens of ms over a test session's heap: edged/collector.py does the same for the daemon), and
     the GIL handed over at SWITCH_S."""
-    gc.collect()
-    gc.freeze()
+    freeze_boot()
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_S)
     yield

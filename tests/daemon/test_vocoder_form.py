@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from support.emulated import SATURATING, qemu
+from support.emulated import SATURATING, SNR_DB, qemu, snr_db
 
 from edged.artifact import load_artifact
 from edged.backends import make_backend
@@ -21,8 +21,6 @@ from edged.synth import Synthesizer
 from engines.quantize import quantize_artifact
 
 TEXT = "Hello there, how are you today?"
-SNR_DB = 20.0
-"""The int8 vocoder's bound against the fp32 vocoder (docs/artifact.md, tests/engines/test_vocoder_int8.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -82,4 +80,4 @@ def test_on_a_saturating_cpu_the_daemon_serves_the_uint8_twin_and_says_why(start
     assert f"vocoder: int8 ({why})" in log and "int8 products: avx2)" in log
     want = _fp32_pcm(builtin_artifact)
     assert pcm.shape == want.shape
-    assert 20 * np.log10(np.linalg.norm(want) / max(np.linalg.norm(want - pcm), 1e-12)) >= SNR_DB
+    assert snr_db(want, pcm) >= SNR_DB

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
-from support.emulated import EXACT, SATURATING, qemu, run_graph, stream_vocoder
+from support.emulated import EXACT, SATURATING, SNR_DB, qemu, run_graph, snr_db, stream_vocoder
 
 from edged.artifact import ArtifactError, load_artifact
 from edged.audio.wav import read_wav
@@ -32,8 +32,6 @@ from engines.vocoder_int8 import conv_weight, quantize_vocoder, transposed_weigh
 from engines.weight_form import FormError, vocoder_form
 
 TEXT = "Hello there, how are you today?"
-SNR_DB = 20.0
-"""The int8 vocoder's PCM against the fp32 one's, at least (docs/artifact.md: 22-23 dB measured)."""
 LAYER_ERROR = 0.03
 """One rewritten layer's relative error at most (~1.1 % measured: 8-bit weights and activations)."""
 FP32_SNR_DB = 40.0
@@ -44,10 +42,6 @@ what any 8-bit form reaches)."""
 def exact_cpu() -> str | None:
     """Where the int8 graphs are checked: this CPU when its 8-bit products are exact, else qemu's SSE CPU."""
     return None if not this_cpu().int8_saturates else EXACT
-
-
-def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
-    return float(20 * np.log10(np.linalg.norm(reference) / np.linalg.norm(reference - other)))
 
 
 @pytest.mark.parametrize("dilation", [1, 3])

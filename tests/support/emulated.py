@@ -25,6 +25,12 @@ import numpy as np
 
 SATURATING = "Haswell-noTSX"
 EXACT = "Nehalem"
+SNR_DB = 20.0
+"""The int8 vocoder's PCM against the fp32 one's, at least (docs/artifact.md: 22-23 dB measured)."""
+
+
+def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
+    return float(20 * np.log10(np.linalg.norm(reference) / max(float(np.linalg.norm(reference - other)), 1e-12)))
 
 
 def qemu() -> str | None:
